@@ -1,0 +1,38 @@
+# byok — `make run` starts the daemon, `make test` runs the whole suite.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test proto bench lint clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/pip install -q -e '.[test,dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/byok serve
+
+test: $(STAMP)
+	$(BIN)/ruff check byok tests tools
+	$(BIN)/python -m pytest -q tests --ignore=tests/bench
+
+bench: $(STAMP)
+	$(BIN)/python -m pytest -q tests/bench -s
+
+lint: $(STAMP)
+	$(BIN)/ruff check byok tests tools
+
+# Regenerates byok/pb from proto/ (tests/unit/test_pb_fresh.py fails when it is stale).
+proto: $(STAMP)
+	rm -rf byok/pb && mkdir -p byok/pb
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m grpc_tools.protoc -I proto \
+		--python_betterproto2_out=byok/pb --python_betterproto2_opt=client_generation=none \
+		proto/agent_v1.proto proto/aiserver_v1.proto proto/agent_service.proto
+
+clean:
+	rm -rf $(VENV)
