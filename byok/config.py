@@ -1,0 +1,354 @@
+"""byok's TOML configuration: one ``[server]`` table, ``[[providers]]`` and ``[[models]]``.
+
+Validation is strict (unknown keys are errors at every level) because a typo such as
+``upstream_modle`` would otherwise silently fall back to a default and surface much later
+as a confusing provider error. Every failure is one ``ConfigError`` line naming the file, the
+key path (``models[1].provider``, indexes 0-based) and the problem.
+
+API keys are never resolved at load time: ``ProviderConfig.api_key()`` reads the environment
+when a request needs it, so the daemon starts without secrets and picks up rotated keys.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Final, Literal, TypeVar, get_args
+from urllib.parse import urlsplit
+
+import attrs
+
+ProviderKind = Literal["openai_chat", "openai_responses", "anthropic"]
+PROVIDER_KINDS: Final[tuple[str, ...]] = get_args(ProviderKind)
+
+DEFAULT_HOST: Final = "127.0.0.1"
+DEFAULT_PORT: Final = 8790
+DEFAULT_DATA_DIR: Final = "~/.local/share/byok"
+DEFAULT_UPSTREAM: Final = "https://api2.cursor.sh"
+DEFAULT_HEARTBEAT_S: Final = 5.0
+DEFAULT_KV_ACK_TIMEOUT_S: Final = 30.0
+DEFAULT_MAX_BODY_BYTES: Final = 32 * 1024 * 1024
+
+DEFAULTS_SOURCE: Final = "<defaults>"
+OVERRIDES_SOURCE: Final = "<command line>"
+
+
+class ConfigError(Exception):
+    """One-line, user-facing: ``<file>: <key path>: <problem>``."""
+
+    def __init__(self, source: str, key: str, problem: str) -> None:
+        self.source = source
+        self.key = key
+        # Keep it on one line whatever the underlying message (tomllib, OSError) contains.
+        self.problem = " ".join(problem.split())
+        super().__init__(f"{source}: {key}: {self.problem}" if key else f"{source}: {self.problem}")
+
+
+@attrs.frozen
+class ServerConfig:
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    data_dir: Path = attrs.field(factory=lambda: Path(DEFAULT_DATA_DIR).expanduser())
+    upstream: str = DEFAULT_UPSTREAM
+    heartbeat_s: float = DEFAULT_HEARTBEAT_S
+    kv_ack_timeout_s: float = DEFAULT_KV_ACK_TIMEOUT_S
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+
+
+@attrs.frozen
+class ProviderConfig:
+    id: str
+    kind: ProviderKind
+    base_url: str
+    api_key_env: str | None = None
+    # A literal key from the file; private so callers go through api_key(), kept out of repr.
+    _api_key: str | None = attrs.field(default=None, repr=False, alias="api_key")
+    # Where this entry came from, so a missing env var can be reported like a file error.
+    source: str = attrs.field(default=DEFAULTS_SOURCE, eq=False, repr=False)
+    key_path: str = attrs.field(default="providers", eq=False, repr=False)
+
+    def api_key(self) -> str | None:
+        """The key to send, or None for keyless (local) servers. Reads the environment now."""
+        if self.api_key_env is None:
+            return self._api_key
+        value = os.environ.get(self.api_key_env)
+        if not value:
+            state = "is empty" if value == "" else "is not set"
+            raise ConfigError(
+                self.source,
+                f"{self.key_path}.api_key_env",
+                f"environment variable {self.api_key_env} {state}",
+            )
+        return value
+
+
+@attrs.frozen
+class ModelConfig:
+    id: str
+    provider: str
+    upstream_model: str
+    context_tokens: int
+    display_name: str | None = None
+    max_output_tokens: int | None = None
+    replay_reasoning: bool = True
+
+
+@attrs.frozen
+class Config:
+    server: ServerConfig
+    providers: tuple[ProviderConfig, ...]
+    models: tuple[ModelConfig, ...]
+    source: str
+
+    def model(self, model_id: str) -> ModelConfig | None:
+        return next((m for m in self.models if m.id == model_id), None)
+
+    def provider(self, provider_id: str) -> ProviderConfig | None:
+        return next((p for p in self.providers if p.id == provider_id), None)
+
+
+# --- typed access to a TOML table -----------------------------------------------------
+
+T = TypeVar("T")
+
+
+def _type_name(value: object) -> str:
+    # TOML's own vocabulary reads better in an error than Python's.
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    names = {str: "string", float: "float", dict: "table", list: "array"}
+    return names.get(type(value), "date/time")
+
+
+class _Table:
+    """A TOML table being validated: typed getters that report errors with the key path."""
+
+    def __init__(self, source: str, path: str, data: Mapping[str, object]) -> None:
+        self.source = source
+        self.path = path
+        self.data = data
+
+    def key_path(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def error(self, key: str, problem: str) -> ConfigError:
+        return ConfigError(self.source, self.key_path(key), problem)
+
+    def check_keys(self, allowed: tuple[str, ...]) -> None:
+        for key in self.data:
+            if key not in allowed:
+                raise self.error(key, f"unknown key (allowed: {', '.join(allowed)})")
+
+    def _get(self, key: str, required: bool, check: Callable[[object], bool], expected: str) -> object:
+        if key not in self.data:
+            if required:
+                raise self.error(key, "missing required key")
+            return None
+        value = self.data[key]
+        if not check(value):
+            raise self.error(key, f"expected {expected}, got {_type_name(value)}")
+        return value
+
+    def string(self, key: str, *, required: bool = False, nonempty: bool = True) -> str | None:
+        value = self._get(key, required, lambda v: isinstance(v, str), "string")
+        assert value is None or isinstance(value, str)
+        if value is not None and nonempty and not value.strip():
+            raise self.error(key, "must not be empty")
+        return value
+
+    def integer(self, key: str, *, required: bool = False, minimum: int | None = 1) -> int | None:
+        # bool is an int subclass in Python; TOML keeps them apart, so do we.
+        value = self._get(key, required, lambda v: isinstance(v, int) and not isinstance(v, bool), "integer")
+        assert value is None or isinstance(value, int)
+        if value is not None and minimum is not None and value < minimum:
+            raise self.error(key, f"must be >= {minimum}, got {value}")
+        return value
+
+    def number(self, key: str) -> float | None:
+        value = self._get(
+            key, False, lambda v: isinstance(v, int | float) and not isinstance(v, bool), "number"
+        )
+        assert value is None or isinstance(value, int | float)
+        if value is not None and not value > 0:
+            raise self.error(key, f"must be > 0, got {value}")
+        return None if value is None else float(value)
+
+    def boolean(self, key: str) -> bool | None:
+        value = self._get(key, False, lambda v: isinstance(v, bool), "boolean")
+        assert value is None or isinstance(value, bool)
+        return value
+
+    def tables(self, key: str) -> list[_Table]:
+        value = self._get(key, False, lambda v: isinstance(v, list), "array of tables")
+        assert value is None or isinstance(value, list)
+        out = []
+        for i, item in enumerate(value or []):
+            item_path = f"{self.key_path(key)}[{i}]"
+            if not isinstance(item, dict):
+                raise ConfigError(self.source, item_path, f"expected table, got {_type_name(item)}")
+            out.append(_Table(self.source, item_path, item))
+        return out
+
+    def table(self, key: str) -> _Table:
+        value = self._get(key, False, lambda v: isinstance(v, dict), "table")
+        assert value is None or isinstance(value, dict)
+        return _Table(self.source, self.key_path(key), value or {})
+
+
+def _pick(value: T | None, default: T) -> T:
+    return default if value is None else value
+
+
+def _check_url(table: _Table, key: str, url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise table.error(key, f"expected an http(s) URL, got {url!r}")
+    return url.rstrip("/")
+
+
+def _check_port(table: _Table, key: str, port: int | None) -> int | None:
+    # 0 means "any free port": the test harness and `byok serve --port 0` rely on it.
+    if port is not None and not 0 <= port <= 65535:
+        raise table.error(key, f"port must be between 0 and 65535, got {port}")
+    return port
+
+
+# --- sections -------------------------------------------------------------------------
+
+_SERVER_KEYS = ("host", "port", "data_dir", "upstream", "heartbeat_s", "kv_ack_timeout_s", "max_body_bytes")
+_PROVIDER_KEYS = ("id", "kind", "base_url", "api_key_env", "api_key")
+_MODEL_KEYS = (
+    "id",
+    "provider",
+    "upstream_model",
+    "context_tokens",
+    "display_name",
+    "max_output_tokens",
+    "replay_reasoning",
+)
+_OVERRIDE_KEYS = ("host", "port", "data_dir")
+
+
+def _server(t: _Table, overrides: Mapping[str, object]) -> ServerConfig:
+    t.check_keys(_SERVER_KEYS)
+    # Overrides come from CLI flags; they are validated with the same rules, reported
+    # against the command line rather than the file.
+    given = {k: str(v) if isinstance(v, Path) else v for k, v in overrides.items() if v is not None}
+    o = _Table(OVERRIDES_SOURCE, "", given)
+    o.check_keys(_OVERRIDE_KEYS)
+
+    host = _pick(o.string("host"), _pick(t.string("host"), DEFAULT_HOST))
+    port = _pick(
+        _check_port(o, "port", o.integer("port", minimum=None)),
+        _pick(_check_port(t, "port", t.integer("port", minimum=None)), DEFAULT_PORT),
+    )
+    data_dir = _pick(o.string("data_dir"), _pick(t.string("data_dir"), DEFAULT_DATA_DIR))
+    upstream = t.string("upstream")
+    return ServerConfig(
+        host=host,
+        port=port,
+        data_dir=Path(data_dir).expanduser(),
+        upstream=DEFAULT_UPSTREAM if upstream is None else _check_url(t, "upstream", upstream),
+        heartbeat_s=_pick(t.number("heartbeat_s"), DEFAULT_HEARTBEAT_S),
+        kv_ack_timeout_s=_pick(t.number("kv_ack_timeout_s"), DEFAULT_KV_ACK_TIMEOUT_S),
+        max_body_bytes=_pick(t.integer("max_body_bytes"), DEFAULT_MAX_BODY_BYTES),
+    )
+
+
+def _provider(t: _Table) -> ProviderConfig:
+    t.check_keys(_PROVIDER_KEYS)
+    pid = t.string("id", required=True)
+    kind = t.string("kind", required=True)
+    if kind not in PROVIDER_KINDS:
+        raise t.error("kind", f"unknown kind {kind!r} (expected one of: {', '.join(PROVIDER_KINDS)})")
+    base_url = _check_url(t, "base_url", t.string("base_url", required=True) or "")
+    api_key_env = t.string("api_key_env")
+    api_key = t.string("api_key")
+    if api_key_env is not None and api_key is not None:
+        raise ConfigError(t.source, t.path, "set at most one of api_key and api_key_env")
+    assert pid is not None
+    return ProviderConfig(
+        id=pid,
+        kind=kind,  # type: ignore[arg-type]  # narrowed by the membership test above
+        base_url=base_url,
+        api_key_env=api_key_env,
+        api_key=api_key,
+        source=t.source,
+        key_path=t.path,
+    )
+
+
+def _model(t: _Table) -> ModelConfig:
+    t.check_keys(_MODEL_KEYS)
+    mid = t.string("id", required=True)
+    provider = t.string("provider", required=True)
+    upstream_model = t.string("upstream_model", required=True)
+    context_tokens = t.integer("context_tokens", required=True)
+    assert mid is not None and provider is not None and upstream_model is not None
+    assert context_tokens is not None
+    return ModelConfig(
+        id=mid,
+        provider=provider,
+        upstream_model=upstream_model,
+        context_tokens=context_tokens,
+        display_name=t.string("display_name"),
+        max_output_tokens=t.integer("max_output_tokens"),
+        replay_reasoning=_pick(t.boolean("replay_reasoning"), True),
+    )
+
+
+def _unique_ids(source: str, section: str, ids: list[str]) -> None:
+    seen: dict[str, int] = {}
+    for i, item_id in enumerate(ids):
+        if item_id in seen:
+            raise ConfigError(
+                source,
+                f"{section}[{i}].id",
+                f"duplicate id {item_id!r} (first at {section}[{seen[item_id]}])",
+            )
+        seen[item_id] = i
+
+
+def _build(source: str, data: Mapping[str, object], overrides: Mapping[str, object]) -> Config:
+    root = _Table(source, "", data)
+    root.check_keys(("server", "providers", "models"))
+    server = _server(root.table("server"), overrides)
+    providers = [_provider(t) for t in root.tables("providers")]
+    _unique_ids(source, "providers", [p.id for p in providers])
+    models = [_model(t) for t in root.tables("models")]
+    _unique_ids(source, "models", [m.id for m in models])
+    known = {p.id for p in providers}
+    for i, m in enumerate(models):
+        if m.provider not in known:
+            listing = ", ".join(sorted(known)) or "none configured"
+            raise ConfigError(
+                source, f"models[{i}].provider", f"unknown provider {m.provider!r} (known: {listing})"
+            )
+    return Config(server=server, providers=tuple(providers), models=tuple(models), source=source)
+
+
+def load_config(path: Path | None, *, overrides: Mapping[str, object] | None = None) -> Config:
+    """Read and validate ``path``; ``None`` gives the defaults (no providers, no models).
+
+    ``overrides`` carries CLI flags (``host``, ``port``, ``data_dir``; ``None`` values are
+    ignored) and wins over the file. Locating the file (``BYOK_CONFIG``) is the CLI's job.
+    """
+    overrides = overrides or {}
+    if path is None:
+        return _build(DEFAULTS_SOURCE, {}, overrides)
+    source = str(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(source, "", f"cannot read file: {exc.strerror or exc}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(source, "", f"not valid UTF-8 at byte {exc.start}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(source, "", f"invalid TOML: {exc}") from None
+    return _build(source, data, overrides)

@@ -1,0 +1,1 @@
+"""Cursor dialect (sans-IO): protobuf <-> loop values, prompting, checkpoints, usage."""

@@ -1,0 +1,77 @@
+"""Loop emits and run milestones -> encoded agent.v1.AgentServerMessage bytes."""
+
+from __future__ import annotations
+
+from byok.loop import emits as em
+from byok.model.usage import Usage
+from byok.pb.agent import v1 as agent
+
+
+def _update(**kw: object) -> bytes:
+    return bytes(agent.AgentServerMessage(interaction_update=agent.InteractionUpdate(**kw)))
+
+
+def encode_emit(emit: em.Emit) -> bytes:
+    match emit:
+        case em.TextOut(text=text):
+            return _update(text_delta=agent.TextDeltaUpdate(text=text))
+        case em.ThinkingOut(text=text):
+            return _update(thinking_delta=agent.ThinkingDeltaUpdate(text=text))
+        case em.ThinkingDone(duration_ms=ms):
+            return _update(thinking_completed=agent.ThinkingCompletedUpdate(thinking_duration_ms=ms))
+        case em.TokensOut(tokens=tokens):
+            return _update(token_delta=agent.TokenDeltaUpdate(tokens=tokens))
+    raise TypeError(f"emit {type(emit).__name__} has no Cursor encoding here")
+
+
+def heartbeat() -> bytes:
+    return _update(heartbeat=agent.HeartbeatUpdate())
+
+
+def turn_ended(usage: Usage) -> bytes:
+    return _update(
+        turn_ended=agent.TurnEndedUpdate(
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_tokens=usage.cache_read_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+        )
+    )
+
+
+def checkpoint(state: bytes) -> bytes:
+    """Wrap an already-encoded ConversationStateStructure without re-encoding it."""
+    # AgentServerMessage.conversation_checkpoint_update = 3, length-delimited.
+    return b"\x1a" + _varint(len(state)) + state
+
+
+def set_blob(kv_id: int, blob_id: bytes, data: bytes) -> bytes:
+    return bytes(
+        agent.AgentServerMessage(
+            kv_server_message=agent.KvServerMessage(
+                id=kv_id, set_blob_args=agent.SetBlobArgs(blob_id=blob_id, blob_data=data)
+            )
+        )
+    )
+
+
+def get_blob(kv_id: int, blob_id: bytes) -> bytes:
+    return bytes(
+        agent.AgentServerMessage(
+            kv_server_message=agent.KvServerMessage(
+                id=kv_id, get_blob_args=agent.GetBlobArgs(blob_id=blob_id)
+            )
+        )
+    )
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)

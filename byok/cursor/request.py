@@ -1,0 +1,76 @@
+"""AgentRunRequest -> RunStart: what one run must do, validated (sans-IO)."""
+
+from __future__ import annotations
+
+import attrs
+import betterproto2
+
+from byok.pb.agent import v1 as agent
+
+
+class RunRequestError(Exception):
+    """The run_request cannot start a run. ``code`` is the Connect code to answer with."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@attrs.frozen
+class RunStart:
+    request_id: str
+    conversation_id: str
+    model_id: str
+    action: str  # the ConversationAction oneof name
+    user_message: agent.UserMessage | None
+    request_context: agent.RequestContext | None
+    mode: agent.AgentMode
+    client_state: agent.ConversationStateStructure | None
+
+
+def requested_model_id(req: agent.AgentRunRequest) -> str:
+    # The newer field first; older clients only send model_details.
+    if req.requested_model is not None and req.requested_model.model_id:
+        return req.requested_model.model_id
+    if req.model_details is not None and req.model_details.model_id:
+        return req.model_details.model_id
+    return ""
+
+
+def parse_run_request(request_id: str, req: agent.AgentRunRequest) -> RunStart:
+    model_id = requested_model_id(req)
+    if not model_id:
+        raise RunRequestError("invalid_argument", "run_request must select a model")
+    if not req.conversation_id:
+        raise RunRequestError("invalid_argument", "run_request has no conversation_id")
+    if req.action is None:
+        raise RunRequestError("invalid_argument", "run_request has no action")
+    action, value = betterproto2.which_one_of(req.action, "action")
+    if not action:
+        raise RunRequestError("invalid_argument", "run_request action has no variant set")
+    user_message: agent.UserMessage | None = None
+    context: agent.RequestContext | None = None
+    if isinstance(value, agent.UserMessageAction):
+        if value.user_message is None:
+            raise RunRequestError("invalid_argument", "user_message_action carries no user_message")
+        user_message = value.user_message
+        context = value.request_context
+    else:
+        raise RunRequestError("unimplemented", f"conversation action {action} is not supported yet")
+    mode = agent.AgentMode.AGENT
+    if user_message is not None and user_message.mode != agent.AgentMode.UNSPECIFIED:
+        # The message's mode wins over the restored state's: the user may just have switched.
+        mode = user_message.mode
+    elif req.conversation_state is not None and req.conversation_state.mode:
+        mode = req.conversation_state.mode
+    return RunStart(
+        request_id=request_id,
+        conversation_id=req.conversation_id,
+        model_id=model_id,
+        action=action,
+        user_message=user_message,
+        request_context=context,
+        mode=mode,
+        client_state=req.conversation_state,
+    )

@@ -1,0 +1,116 @@
+"""Canonical messages <-> the JSON model messages a checkpoint's root_prompt_messages_json points at.
+
+Cursor stores the model transcript as AI-SDK style JSON messages
+(`{"role", "content", "providerOptions"}`). byok writes its own canonical fields that have
+no AI-SDK home under `providerOptions.byok`, so a root decodes back to the exact Message
+(conversation import relies on that). Encoding is deterministic: same message, same bytes,
+same blob id.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from byok.model.messages import Message, ReplayState, ToolCall, canonical_json
+
+
+class RootJsonError(ValueError):
+    pass
+
+
+def encode_root(message: Message) -> bytes:
+    content: Any
+    if message.role == "assistant":
+        parts: list[dict[str, Any]] = []
+        if message.thinking:
+            parts.append({"type": "reasoning", "text": message.thinking})
+        if message.text:
+            parts.append({"type": "text", "text": message.text})
+        for c in message.tool_calls:
+            parts.append(
+                {"type": "tool-call", "toolCallId": c.call_id, "toolName": c.name, "input": c.arguments}
+            )
+        content = parts
+    elif message.role == "tool":
+        content = [
+            {
+                "type": "tool-result",
+                "toolCallId": message.tool_call_id,
+                "toolName": message.tool_name,
+                "output": {"type": "error-text" if message.is_error else "text", "value": message.text},
+            }
+        ]
+    else:
+        content = message.text
+    byok: dict[str, Any] = {"origin": message.origin}
+    if message.replay is not None:
+        byok["replay"] = {"provider_kind": message.replay.provider_kind, "data": message.replay.data}
+    if message.tool_calls:
+        byok["call_index"] = [c.index for c in message.tool_calls]
+    for key in ("tool_round_id", "event_id", "model_call_id"):
+        value = getattr(message, key)
+        if value:
+            byok[key] = value
+    if message.completion_seq:
+        byok["completion_seq"] = message.completion_seq
+    return canonical_json({"role": message.role, "content": content, "providerOptions": {"byok": byok}})
+
+
+def decode_root(data: bytes) -> Message:
+    """Decode a root JSON message. Roots written by other servers (no providerOptions.byok)
+    decode with defaults: origin follows role, no replay state."""
+    try:
+        obj = json.loads(data)
+        role = obj["role"]
+        content = obj["content"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise RootJsonError(f"root prompt message is not a JSON model message: {e}") from None
+    if role not in ("system", "user", "assistant", "tool"):
+        raise RootJsonError(f"root prompt message has unknown role {role!r}")
+    byok = (obj.get("providerOptions") or {}).get("byok") or {}
+    replay = byok.get("replay")
+    common: dict[str, Any] = {
+        "origin": byok.get("origin", {"system": "runtime"}.get(role, role)),
+        "replay": ReplayState(replay["provider_kind"], replay["data"]) if replay else None,
+        "tool_round_id": byok.get("tool_round_id", ""),
+        "event_id": byok.get("event_id", ""),
+        "model_call_id": byok.get("model_call_id", ""),
+        "completion_seq": byok.get("completion_seq", 0),
+    }
+    if isinstance(content, str):
+        return Message(role=role, text=content, **common)
+    if not isinstance(content, list):
+        raise RootJsonError("root prompt message content must be a string or a list of parts")
+    texts: list[str] = []
+    thinking: list[str] = []
+    calls: list[ToolCall] = []
+    indexes = byok.get("call_index") or []
+    for part in content:
+        kind = part.get("type")
+        if kind == "text":
+            texts.append(part.get("text", ""))
+        elif kind == "reasoning":
+            thinking.append(part.get("text", ""))
+        elif kind == "tool-call":
+            args = part.get("input", "")
+            if not isinstance(args, str):
+                args = json.dumps(args, separators=(",", ":"), ensure_ascii=False)
+            index = indexes[len(calls)] if len(calls) < len(indexes) else len(calls)
+            calls.append(ToolCall(part["toolCallId"], part["toolName"], args, index))
+        elif kind == "tool-result":
+            output = part.get("output") or {}
+            value = output.get("value", "")
+            if not isinstance(value, str):
+                value = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+            return Message(
+                role=role,
+                text=value,
+                tool_call_id=part.get("toolCallId", ""),
+                tool_name=part.get("toolName", ""),
+                is_error=output.get("type") in ("error-text", "error-json"),
+                **common,
+            )
+    return Message(
+        role=role, text="".join(texts), thinking="".join(thinking), tool_calls=tuple(calls), **common
+    )

@@ -1,0 +1,1 @@
+"""HTTP plumbing: Connect framing, the upstream forwarder and the server bootstrap."""

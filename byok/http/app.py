@@ -1,0 +1,280 @@
+"""The byok ASGI app: the two agent RPCs, health, and everything else streamed upstream."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import betterproto2
+import trio
+
+from byok.config import Config
+from byok.cursor import encode
+from byok.cursor.request import RunRequestError, RunStart, parse_run_request
+from byok.http.asgi import (
+    BodyTooLarge,
+    ClientGone,
+    Receive,
+    Scope,
+    Send,
+    header,
+    read_body,
+    replay_receive,
+    respond,
+    respond_connect_error,
+    respond_json,
+)
+from byok.http.connect_envelope import (
+    ConnectError,
+    ProtocolError,
+    decode_unary_body,
+    encode_frame,
+    end_stream_error,
+)
+from byok.pb.agent import v1 as agent
+from byok.pb.aiserver import v1 as aiserver
+from byok.run.bidi_order import OrderBufferFull
+from byok.run.conversation import ActiveRun, Supervisors
+from byok.run.runner import Run, RunDeps
+from byok.run.slot import RunRegistry, RunSlot
+
+log = logging.getLogger("byok.http")
+
+RUN_SSE = "/agent.v1.AgentService/RunSSE"
+BIDI_APPEND = "/aiserver.v1.BidiService/BidiAppend"
+HEALTHZ = "/byok/healthz"
+# A finished run's slot lingers so late appends (ACKs, heartbeats) are dropped idempotently.
+SLOT_LINGER_S = 120.0
+
+
+def decode_agent_message(data: str) -> agent.AgentClientMessage | None:
+    """The append's AgentClientMessage, or None when data is not one (CLARIFICATIONS §1)."""
+    try:
+        raw = bytes.fromhex(data)
+        msg = agent.AgentClientMessage.parse(raw)
+    except Exception:
+        return None
+    name, _ = betterproto2.which_one_of(msg, "message")
+    return msg if name else None
+
+
+class App:
+    def __init__(self, *, config: Config, deps: RunDeps, nursery: trio.Nursery, forward: Any) -> None:
+        self.config = config
+        self.deps = deps
+        self.nursery = nursery
+        self.forward = forward
+        self.registry = RunRegistry()
+        self.supervisors = Supervisors()
+        self.max_body = config.server.max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        path = scope["path"]
+        method = scope["method"]
+        try:
+            if path == RUN_SSE and method == "POST":
+                await self.run_sse(scope, receive, send)
+            elif path == BIDI_APPEND and method == "POST":
+                await self.bidi_append(scope, receive, send)
+            elif path == HEALTHZ and method == "GET":
+                await respond_json(send, 200, {"status": "ok", "models": [m.id for m in self.config.models]})
+            else:
+                await self.forward(scope, receive, send)
+        except ClientGone:
+            return
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            event = await receive()
+            if event["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif event["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    # --- BidiAppend -------------------------------------------------------------------
+    async def bidi_append(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            body = await read_body(receive, self.max_body)
+        except BodyTooLarge as e:
+            await respond_connect_error(send, ConnectError("resource_exhausted", str(e)))
+            return
+        try:
+            raw = decode_unary_body(
+                body, header(scope, "content-type") or "", header(scope, "content-encoding")
+            )
+            req = aiserver.BidiAppendRequest.parse(raw)
+        except (ProtocolError, Exception) as e:
+            await respond_connect_error(
+                send, ConnectError("invalid_argument", f"undecodable BidiAppendRequest: {e}")
+            )
+            return
+        rid = req.request_id.request_id if req.request_id is not None else ""
+        if not rid:
+            await respond_connect_error(
+                send, ConnectError("invalid_argument", "BidiAppend has no request_id")
+            )
+            return
+        slot = self.registry.get(rid)
+        if slot is not None and slot.kind == "relay":
+            await self.forward(scope, replay_receive(body), send)
+            return
+        msg = decode_agent_message(req.data)
+        if msg is None:
+            if slot is not None and slot.kind == "agent":
+                err = ConnectError("invalid_argument", "BidiAppend data is not a hex AgentClientMessage")
+                log.warning("request %s: %s (seqno %s)", rid, err.message, req.append_seqno)
+                await respond_connect_error(send, err)
+                return
+            # Another RPC sharing BidiAppend (speech-to-text...): relay it and all its later appends.
+            self.registry.get_or_create(rid).kind = "relay"
+            await self.forward(scope, replay_receive(body), send)
+            return
+        if req.data_binary:
+            await respond_connect_error(
+                send, ConnectError("invalid_argument", "data_binary is not supported")
+            )
+            return
+        slot = self.registry.get_or_create(rid)
+        slot.kind = "agent"
+        err = self._append(slot, req.append_seqno, msg, len(req.data))
+        if err is not None:
+            log.warning("request %s: append %s rejected: %s", rid, req.append_seqno, err)
+            await respond_connect_error(send, err)
+            return
+        await respond(send, 200, b"", "application/proto")
+
+    def _append(
+        self, slot: RunSlot, seqno: int, msg: agent.AgentClientMessage, size: int
+    ) -> ConnectError | None:
+        if slot.closed or slot.order.is_duplicate(seqno):
+            return None  # late or repeated: idempotent
+        is_run_request = msg.run_request is not None
+        if (seqno == 0) != is_run_request:
+            text = (
+                "the first BidiAppend (seqno 0) must carry run_request"
+                if seqno == 0
+                else f"run_request at seqno {seqno}: a run has exactly one, at seqno 0"
+            )
+            return ConnectError("invalid_argument", text)
+        try:
+            ready = slot.order.offer(seqno, msg, size)
+        except OrderBufferFull as e:
+            return ConnectError("resource_exhausted", str(e))
+        for item in ready:
+            if item.run_request is not None:
+                err = self._start_run(slot, item.run_request)
+                if err is not None:
+                    return err
+            else:
+                slot.deliver(item)
+        return None
+
+    def _start_run(self, slot: RunSlot, req: agent.AgentRunRequest) -> ConnectError | None:
+        try:
+            start = parse_run_request(slot.request_id, req)
+            if self.config.model(start.model_id) is None:
+                raise RunRequestError("not_found", f"model {start.model_id!r} is not configured in byok")
+        except RunRequestError as e:
+            err = ConnectError(e.code, e.message)  # type: ignore[arg-type]
+            slot.close(end_stream_error(err))
+            self.nursery.start_soon(self._linger, slot)
+            return err
+        slot.run_started = True
+        self.nursery.start_soon(self._run_task, slot, start)
+        return None
+
+    async def _run_task(self, slot: RunSlot, start: RunStart) -> None:
+        sup = self.supervisors.get(start.conversation_id)
+        me = ActiveRun(start.request_id, trio.CancelScope(), trio.Event())
+        old, sup.active = sup.active, me
+        try:
+            if old is not None:
+                log.info("run %s preempts run %s", start.request_id, old.request_id)
+                old.scope.cancel()
+                await old.done.wait()
+            await Run(slot, start, self.deps, sup).run(me.scope)
+        finally:
+            me.done.set()
+            slot.finished.set()
+            if sup.active is me:
+                sup.active = None
+            self.nursery.start_soon(self._linger, slot)
+
+    async def _linger(self, slot: RunSlot) -> None:
+        await trio.sleep(SLOT_LINGER_S)
+        self.registry.remove(slot.request_id, slot)
+
+    # --- RunSSE -----------------------------------------------------------------------
+    async def run_sse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        err: ConnectError | None = None
+        rid = ""
+        try:
+            body = await read_body(receive, self.max_body)
+            raw = decode_unary_body(
+                body, header(scope, "content-type") or "", header(scope, "content-encoding")
+            )
+            rid = aiserver.BidiRequestId.parse(raw).request_id
+            if not rid:
+                err = ConnectError("invalid_argument", "RunSSE has no request_id")
+        except BodyTooLarge as e:
+            err = ConnectError("resource_exhausted", str(e))
+        except (ProtocolError, Exception) as e:
+            if isinstance(e, ClientGone):
+                raise
+            err = ConnectError("invalid_argument", f"undecodable BidiRequestId: {e}")
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"application/connect+proto"),
+                    (b"cache-control", b"no-cache"),
+                    (b"connect-protocol-version", b"1"),
+                ],
+            }
+        )
+        if err is not None:
+            log.warning("RunSSE rejected: %s", err)
+            await send({"type": "http.response.body", "body": end_stream_error(err), "more_body": False})
+            return
+        slot = self.registry.get_or_create(rid)
+        slot.kind = "agent"
+        await self._stream_frames(slot, receive, send)
+
+    async def _stream_frames(self, slot: RunSlot, receive: Receive, send: Send) -> None:
+        heartbeat = encode_frame(encode.heartbeat())
+        interval = self.config.server.heartbeat_s
+        ended = False
+        with trio.CancelScope() as cs:
+            slot.attach(cs)
+            async with trio.open_nursery() as nursery:
+
+                async def watch_disconnect() -> None:
+                    while (await receive())["type"] != "http.disconnect":
+                        pass
+                    cs.cancel()
+
+                nursery.start_soon(watch_disconnect)
+                try:
+                    while True:
+                        frame = None
+                        with trio.move_on_after(interval):
+                            try:
+                                frame = await slot.frames.receive()
+                            except trio.EndOfChannel:
+                                ended = True
+                                break
+                        await send(
+                            {"type": "http.response.body", "body": frame or heartbeat, "more_body": True}
+                        )
+                finally:
+                    nursery.cancel_scope.cancel()
+        slot.detach(cs)
+        if ended:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})

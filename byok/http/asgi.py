@@ -1,0 +1,82 @@
+"""Small ASGI helpers: read a capped body, answer unary responses."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from byok.http.connect_envelope import ConnectError, http_status_for, unary_error_body
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+class ClientGone(Exception):
+    pass
+
+
+async def read_body(receive: Receive, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        event = await receive()
+        if event["type"] == "http.disconnect":
+            raise ClientGone
+        chunk = event.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(f"request body exceeds {limit} bytes")
+        chunks.append(chunk)
+        if not event.get("more_body", False):
+            return b"".join(chunks)
+
+
+def header(scope: Scope, name: str) -> str | None:
+    key = name.lower().encode()
+    for k, v in scope.get("headers", ()):
+        if k.lower() == key:
+            return v.decode("latin-1")
+    return None
+
+
+async def respond(send: Send, status: int, body: bytes, content_type: str) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", content_type.encode()),
+                (b"content-length", str(len(body)).encode()),
+                (b"connect-protocol-version", b"1"),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def respond_json(send: Send, status: int, obj: object) -> None:
+    await respond(send, status, json.dumps(obj).encode(), "application/json")
+
+
+async def respond_connect_error(send: Send, err: ConnectError) -> None:
+    await respond(send, http_status_for(err.code), unary_error_body(err), "application/json")
+
+
+def replay_receive(body: bytes) -> Receive:
+    """An ASGI receive that yields an already-read body (to relay it upstream unchanged)."""
+    sent = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return {"type": "http.disconnect"}
+
+    return receive

@@ -1,0 +1,1 @@
+"""Canonical values shared by the loop, the Cursor dialect, the providers and the store."""

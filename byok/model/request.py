@@ -1,0 +1,61 @@
+"""ModelRequest: everything a provider call needs, and nothing that varies between retries.
+
+No request ids, no times, no Cursor mode: the same committed revision and prompt give the
+same ModelRequest, and therefore the same request bytes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from byok.model.messages import ReplayState, ToolCall
+
+
+@attrs.frozen
+class ToolSpec:
+    name: str
+    description: str
+    parameters_json: str  # JSON Schema text, canonical
+
+
+@attrs.frozen
+class UserTurn:
+    text: str
+
+
+@attrs.frozen
+class AssistantTurn:
+    text: str
+    thinking: str = ""
+    replay: ReplayState | None = None
+    tool_calls: tuple[ToolCall, ...] = ()  # original provider order
+
+
+@attrs.frozen
+class ToolResultTurn:
+    call_id: str
+    name: str
+    content: str
+    is_error: bool = False
+
+
+HistoryItem = UserTurn | AssistantTurn | ToolResultTurn
+
+
+@attrs.frozen
+class ModelSettings:
+    upstream_model: str
+    max_output_tokens: int | None = None
+    # Chat only: send reasoning_content back on assistant turns that made tool calls.
+    replay_reasoning_on_tool_turns: bool = True
+    extra_body: tuple[tuple[str, Any], ...] = ()
+
+
+@attrs.frozen
+class ModelRequest:
+    system: str
+    tools: tuple[ToolSpec, ...]
+    history: tuple[HistoryItem, ...]
+    settings: ModelSettings

@@ -1,0 +1,1 @@
+"""Provider adapters: sans-IO request builders and stream parsers, plus the httpx runner."""

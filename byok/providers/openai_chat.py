@@ -1,0 +1,338 @@
+"""OpenAI Chat Completions adapter, sans-IO: request bytes out, stream bytes in, events out.
+
+Also serves the many "OpenAI-compatible" providers (DeepSeek, Groq, OpenRouter, xAI...):
+reasoning arrives as ``delta.reasoning_content`` or ``delta.reasoning``, usage may ride on
+the finish chunk, and errors may arrive inside a 200 stream.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import attrs
+
+from byok.model.events import (
+    Done,
+    ModelEvent,
+    ProviderError,
+    Started,
+    TextDelta,
+    ThinkingDelta,
+    ThinkingEnded,
+    ToolCallArgsDelta,
+    ToolCallEnded,
+    ToolCallStarted,
+    UsageReported,
+)
+from byok.model.messages import ReplayState, canonical_json
+from byok.model.request import AssistantTurn, ModelRequest, ToolResultTurn, UserTurn
+from byok.model.usage import Usage
+from byok.providers.sse import SSEDecoder, SSEEvent
+
+PROVIDER_KIND = "openai_chat"
+
+# --- request -------------------------------------------------------------------------------
+
+
+def build_request(req: ModelRequest) -> bytes:
+    """The request body. Key order is fixed by construction (never sorted) so identical
+    requests give identical bytes and a longer history only appends to ``messages``."""
+    s = req.settings
+    messages: list[dict[str, Any]] = []
+    if req.system:
+        messages.append({"role": "system", "content": req.system})
+    for item in req.history:
+        if isinstance(item, UserTurn):
+            messages.append({"role": "user", "content": item.text})
+        elif isinstance(item, AssistantTurn):
+            messages.append(_assistant_message(item, s.replay_reasoning_on_tool_turns))
+        elif isinstance(item, ToolResultTurn):
+            # Chat has no is_error flag; the content itself says what went wrong.
+            messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.content})
+        else:  # pragma: no cover - HistoryItem is closed
+            raise TypeError(f"unknown history item {item!r}")
+    body: dict[str, Any] = {
+        "model": s.upstream_model,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "messages": messages,
+    }
+    if req.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": json.loads(t.parameters_json),
+                },
+            }
+            for t in req.tools
+        ]
+    if s.max_output_tokens is not None:
+        body["max_tokens"] = s.max_output_tokens
+    # Last, so per-provider configuration can add (or deliberately override) anything.
+    for key, value in s.extra_body:
+        body[key] = value
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _assistant_message(turn: AssistantTurn, replay_on_tool_turns: bool) -> dict[str, Any]:
+    # null content is only valid next to tool_calls; a bare empty turn sends "".
+    msg: dict[str, Any] = {"role": "assistant", "content": turn.text or (None if turn.tool_calls else "")}
+    if turn.tool_calls and replay_on_tool_turns and turn.replay is not None:
+        reasoning = _replayed_reasoning(turn.replay)
+        if reasoning is not None:
+            # DeepSeek thinking mode rejects later requests that drop this (NOTES §1).
+            msg["reasoning_content"] = reasoning
+    if turn.tool_calls:
+        msg["tool_calls"] = [
+            {
+                "id": c.call_id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments},  # exact original text
+            }
+            for c in turn.tool_calls
+        ]
+    return msg
+
+
+def _replayed_reasoning(replay: ReplayState) -> str | None:
+    if replay.provider_kind != PROVIDER_KIND:
+        return None  # another adapter's state (e.g. after a provider switch) is not ours to send
+    try:
+        obj = json.loads(replay.data)
+    except ValueError:
+        return None
+    value = obj.get("reasoning_content") if isinstance(obj, dict) else None
+    return value if isinstance(value, str) else None
+
+
+# --- stream --------------------------------------------------------------------------------
+
+
+@attrs.define
+class _Call:
+    call_id: str
+    name: str
+    args: list[str] = attrs.Factory(list)
+
+
+class ChatStreamParser:
+    """Feed raw response bytes; get ``ModelEvent`` lists back; call ``end`` at EOF.
+
+    Validation of the finish reason and usage happens before ``ToolCallEnded`` is emitted,
+    so a consumer never sees a "complete" call from a stream that then fails (length limit,
+    missing usage, truncation).
+    """
+
+    def __init__(self) -> None:
+        self._sse = SSEDecoder()
+        self._started = False
+        self._thinking: list[str] = []
+        self._thinking_open = False
+        self._calls: dict[int, _Call] = {}
+        self._finish: str | None = None
+        self._usage: Usage | None = None
+        self._done = False
+
+    def feed(self, data: bytes) -> list[ModelEvent]:
+        out: list[ModelEvent] = []
+        for ev in self._sse.feed(data):
+            self._event(ev, out)
+        return out
+
+    def end(self) -> list[ModelEvent]:
+        out: list[ModelEvent] = []
+        for ev in self._sse.end():
+            self._event(ev, out)
+        if self._done:
+            return out
+        if self._finish is None:
+            cut = " mid-event" if self._sse.has_partial else ""
+            raise ProviderError(f"stream ended{cut} before finish_reason (truncated response)")
+        if self._usage is None:
+            raise ProviderError("stream ended before [DONE] and without usage (truncated response)")
+        # Some providers stop after the usage chunk without [DONE]; that is a whole answer.
+        self._terminal(out)
+        return out
+
+    def _event(self, ev: SSEEvent, out: list[ModelEvent]) -> None:
+        if self._done:
+            return  # nothing after [DONE] means anything
+        if ev.data == "[DONE]":
+            self._terminal(out)
+            return
+        try:
+            obj = json.loads(ev.data)
+        except ValueError as e:
+            raise ProviderError(f"invalid JSON in stream: {e}: {ev.data[:200]!r}") from e
+        if not isinstance(obj, dict):
+            raise ProviderError(f"unexpected stream chunk: {ev.data[:200]!r}")
+        if obj.get("error") is not None or ev.event == "error":
+            raise _stream_error(obj)
+        if not self._started:
+            self._started = True
+            out.append(Started())
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            self._usage = _parse_usage(usage)  # last non-null usage wins
+        choices = obj.get("choices")
+        if choices and isinstance(choices[0], dict):
+            self._choice(choices[0], out)
+
+    def _choice(self, choice: dict[str, Any], out: list[ModelEvent]) -> None:
+        delta = choice.get("delta") or {}
+        # OpenRouter's reasoning_details[] duplicates "reasoning", so it is not read.
+        reasoning = delta.get("reasoning_content")
+        if reasoning is None:
+            reasoning = delta.get("reasoning")
+        if isinstance(reasoning, str) and reasoning:
+            # Reasoning after ThinkingEnded (rare interleaving) is still shown and replayed.
+            self._thinking.append(reasoning)
+            self._thinking_open = True
+            out.append(ThinkingDelta(reasoning))
+        for key in ("content", "refusal"):  # a refusal is text the user should see
+            text = delta.get(key)
+            if isinstance(text, str) and text:
+                self._end_thinking(out)
+                out.append(TextDelta(text))
+        tool_calls = delta.get("tool_calls")
+        if tool_calls:
+            for frag in tool_calls:
+                self._tool_fragment(frag, out)
+        finish = choice.get("finish_reason")
+        if finish is not None:
+            self._finish = finish  # providers may repeat it; the last one wins
+            self._end_thinking(out)
+
+    def _tool_fragment(self, frag: Any, out: list[ModelEvent]) -> None:
+        if not isinstance(frag, dict) or not isinstance(frag.get("index"), int):
+            raise ProviderError(f"tool call fragment without an index: {frag!r}"[:300])
+        index = frag["index"]
+        fn = frag.get("function") or {}
+        call = self._calls.get(index)
+        if call is None:
+            call_id, name = frag.get("id"), fn.get("name")
+            if not (isinstance(call_id, str) and call_id and isinstance(name, str) and name):
+                raise ProviderError(f"tool call {index} started without an id and name: {frag!r}"[:300])
+            self._end_thinking(out)
+            call = self._calls[index] = _Call(call_id, name)
+            out.append(ToolCallStarted(index, call_id, name))
+        args = fn.get("arguments")
+        if isinstance(args, str) and args:
+            call.args.append(args)
+            out.append(ToolCallArgsDelta(index, args))
+
+    def _end_thinking(self, out: list[ModelEvent]) -> None:
+        if self._thinking_open:
+            self._thinking_open = False
+            out.append(ThinkingEnded())
+
+    def _terminal(self, out: list[ModelEvent]) -> None:
+        finish = self._finish
+        if finish is None:
+            raise ProviderError("stream ended before finish_reason")
+        if finish == "length":
+            raise ProviderError("response cut off at the output token limit (finish_reason=length)")
+        if finish == "content_filter":
+            raise ProviderError("response blocked by the provider's content filter (finish_reason=content_filter)")
+        if finish not in ("stop", "tool_calls"):
+            raise ProviderError(f"unexpected finish_reason={finish!r}")
+        if self._usage is None:
+            # We always send stream_options.include_usage; a stream without usage means the
+            # provider ignored it, and we never estimate tokens.
+            raise ProviderError("provider reported no usage (stream_options.include_usage ignored?)")
+        self._end_thinking(out)
+        for index in sorted(self._calls):
+            out.append(ToolCallEnded(index, "".join(self._calls[index].args)))
+        out.append(UsageReported(self._usage))
+        # Streamed calls decide, not the label: some providers finish a tool turn with
+        # "stop", and a "tool_calls" finish with no calls has nothing to run.
+        reason = "tool_use" if self._calls else "stop"
+        replay = None
+        if self._thinking:
+            data = canonical_json({"reasoning_content": "".join(self._thinking)}).decode()
+            replay = ReplayState(PROVIDER_KIND, data)
+        out.append(Done(reason, replay))
+        self._done = True
+
+
+def _parse_usage(u: dict[str, Any]) -> Usage:
+    prompt = u.get("prompt_tokens")
+    completion = u.get("completion_tokens")
+    if not isinstance(prompt, int) or not isinstance(completion, int):
+        raise ProviderError(f"usage without token counts: {u!r}"[:300])
+    cached = (u.get("prompt_tokens_details") or {}).get("cached_tokens")
+    if not isinstance(cached, int):
+        cached = u.get("prompt_cache_hit_tokens")  # DeepSeek
+    reasoning = (u.get("completion_tokens_details") or {}).get("reasoning_tokens")
+    return Usage(
+        input_tokens=prompt,
+        output_tokens=completion,
+        cache_read_tokens=cached if isinstance(cached, int) else None,
+        reasoning_tokens=reasoning if isinstance(reasoning, int) else None,
+    )
+
+
+def _stream_error(obj: dict[str, Any]) -> ProviderError:
+    err = obj.get("error")
+    status: int | None = None
+    if isinstance(err, dict):
+        raw = err.get("status_code", err.get("code"))
+        status = raw if isinstance(raw, int) else None
+    message = _error_message(obj) or json.dumps(obj)[:300]
+    return ProviderError(
+        f"provider error in stream: {message}", status=status, retryable=_retryable_status(status)
+    )
+
+
+# --- HTTP errors ---------------------------------------------------------------------------
+
+
+def http_error(status: int, body: bytes, retry_after: str | None) -> ProviderError:
+    """A non-2xx response as a ProviderError with the provider's own message."""
+    message: str | None = None
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        obj = None
+    if isinstance(obj, list) and obj:
+        obj = obj[0]  # some gateways wrap the error in a list
+    if isinstance(obj, dict):
+        message = _error_message(obj)
+    if message is None:
+        message = body.decode("utf-8", "replace").strip()[:500] or "(empty body)"
+    return ProviderError(
+        f"HTTP {status}: {message}",
+        status=status,
+        retryable=_retryable_status(status),
+        retry_after_s=_retry_after_seconds(retry_after),
+    )
+
+
+def _error_message(obj: dict[str, Any]) -> str | None:
+    err = obj.get("error")
+    if isinstance(err, dict) and isinstance(err.get("message"), str):
+        return err["message"]
+    if isinstance(err, str):
+        return err
+    message = obj.get("message")
+    return message if isinstance(message, str) else None
+
+
+def _retryable_status(status: int | None) -> bool:
+    return status is not None and (status in (408, 425, 429) or 500 <= status <= 599)
+
+
+def _retry_after_seconds(value: str | None) -> float | None:
+    # Only delta-seconds: the HTTP-date form needs a clock, which a sans-IO parser has not.
+    if value is None:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None

@@ -1,0 +1,136 @@
+"""The thin I/O shell around a sans-IO provider parser: one streamed POST, no retries.
+
+Cancellation is structural: the caller's trio cancel scope around ``stream_call`` covers
+connecting, waiting for response headers and reading the body alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import attrs
+import httpx
+import trio
+
+from byok.model.events import (
+    ModelEvent,
+    ProviderError,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallArgsDelta,
+    ToolCallStarted,
+)
+from byok.providers.openai_chat import http_error
+
+_MAX_ERROR_BODY = 64 * 1024
+# Events that mean the model produced output (what time-to-first-token measures).
+_OUTPUT_EVENTS = (TextDelta, ThinkingDelta, ToolCallStarted, ToolCallArgsDelta)
+
+
+class StreamParser(Protocol):
+    def feed(self, data: bytes) -> list[ModelEvent]: ...
+
+    def end(self) -> list[ModelEvent]: ...
+
+
+@attrs.frozen
+class Endpoint:
+    url: str
+    headers: tuple[tuple[str, str], ...]
+
+
+@attrs.define
+class CallStats:
+    status: int | None = None
+    ttfb_s: float | None = None  # request start -> response headers
+    ttft_s: float | None = None  # request start -> first output event
+    duration_s: float | None = None
+    events: int = 0
+    bytes: int = 0  # response body bytes, after content decoding
+
+
+async def stream_call(
+    client: httpx.AsyncClient,
+    endpoint: Endpoint,
+    body: bytes,
+    parser: StreamParser,
+    on_events: Callable[[list[ModelEvent]], Awaitable[None]],
+    clock: Callable[[], float] = trio.current_time,
+) -> CallStats:
+    """POST ``body`` and stream the response through ``parser`` into ``on_events``.
+
+    Raises ProviderError for non-2xx statuses, transport failures and whatever the parser
+    rejects. ``stats`` is only returned on success; failures carry their own message.
+    """
+    stats = CallStats()
+    start = clock()
+    try:
+        async with client.stream("POST", endpoint.url, content=body, headers=_headers(endpoint)) as resp:
+            stats.status = resp.status_code
+            stats.ttfb_s = clock() - start
+            if not 200 <= resp.status_code < 300:
+                raise http_error(
+                    resp.status_code, await _read_capped(resp), resp.headers.get("retry-after")
+                )
+            if resp.headers.get("content-type", "").startswith("application/json"):
+                # A 200 JSON body instead of a stream is some gateways' way to report errors.
+                err = http_error(resp.status_code, await _read_capped(resp), None)
+                raise ProviderError(f"expected an event stream, got JSON: {err.message}", status=200)
+            async for chunk in resp.aiter_bytes():
+                stats.bytes += len(chunk)
+                await _deliver(parser.feed(chunk), stats, start, clock, on_events)
+            await _deliver(parser.end(), stats, start, clock, on_events)
+    except httpx.RequestError as e:
+        raise _transport_error(e) from e
+    finally:
+        stats.duration_s = clock() - start
+    return stats
+
+
+def _headers(endpoint: Endpoint) -> list[tuple[str, str]]:
+    headers = list(endpoint.headers)
+    present = {k.lower() for k, _ in headers}
+    for key, value in (
+        ("content-type", "application/json"),
+        ("accept", "text/event-stream"),
+        # Compressed SSE tends to be buffered by servers and proxies; ask for it plain.
+        ("accept-encoding", "identity"),
+    ):
+        if key not in present:
+            headers.append((key, value))
+    return headers
+
+
+async def _deliver(
+    events: list[ModelEvent],
+    stats: CallStats,
+    start: float,
+    clock: Callable[[], float],
+    on_events: Callable[[list[ModelEvent]], Awaitable[None]],
+) -> None:
+    if not events:
+        return
+    if stats.ttft_s is None and any(isinstance(e, _OUTPUT_EVENTS) for e in events):
+        stats.ttft_s = clock() - start
+    stats.events += len(events)
+    await on_events(events)
+
+
+async def _read_capped(resp: httpx.Response) -> bytes:
+    # An error body is for a message; never let a misbehaving server make us buffer much.
+    buf = bytearray()
+    async for chunk in resp.aiter_bytes():
+        buf += chunk
+        if len(buf) >= _MAX_ERROR_BODY:
+            break
+    return bytes(buf[:_MAX_ERROR_BODY])
+
+
+def _transport_error(e: httpx.RequestError) -> ProviderError:
+    # Connection-level failures may succeed on a retry; a bad URL or our own protocol
+    # misuse will not.
+    retryable = isinstance(
+        e, httpx.TimeoutException | httpx.NetworkError | httpx.RemoteProtocolError | httpx.ProxyError
+    )
+    return ProviderError(f"{type(e).__name__}: {str(e) or 'connection failed'}", retryable=retryable)

@@ -1,0 +1,1 @@
+"""Everything that owns tasks, channels, cancel scopes and deadlines."""

@@ -1,0 +1,92 @@
+"""RunSlot: the per-request_id meeting point of RunSSE and BidiAppend.
+
+RunSSE and the first BidiAppend may arrive in either order, so whichever comes first
+creates the slot. The slot owns the ordered frame channel (one writer: the RunSSE handler
+currently attached) and the ordered inbox of client messages for the run task.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import trio
+
+from byok.http.connect_envelope import encode_frame
+from byok.pb.agent import v1 as agent
+from byok.run.bidi_order import AppendOrder
+
+SlotKind = Literal["unknown", "agent", "relay"]
+
+
+class RunSlot:
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
+        self.kind: SlotKind = "unknown"
+        self.order: AppendOrder[agent.AgentClientMessage] = AppendOrder()
+        # Frames are buffered until a RunSSE is attached; the run never waits on the client.
+        self._frames_send, self.frames = trio.open_memory_channel[bytes](math.inf)
+        self._inbox_send, self.inbox = trio.open_memory_channel[agent.AgentClientMessage](math.inf)
+        self.run_started = False
+        self.closed = False  # the end-stream frame has been queued
+        self.finished = trio.Event()  # the run task has ended
+        self._attached: trio.CancelScope | None = None
+        self.attached_event = trio.Event()
+
+    # --- run side -------------------------------------------------------------
+    def send(self, message: bytes) -> None:
+        """Queue one encoded AgentServerMessage."""
+        if self.closed:
+            return
+        self._frames_send.send_nowait(encode_frame(message))
+
+    def close(self, end_stream: bytes) -> None:
+        """Queue the end-stream frame (already enveloped) and close the stream: it is the last frame."""
+        if self.closed:
+            return
+        self.closed = True
+        self._frames_send.send_nowait(end_stream)
+        self._frames_send.close()
+        self.order.clear()
+
+    # --- bidi side ------------------------------------------------------------
+    def deliver(self, message: agent.AgentClientMessage) -> None:
+        if not self.closed:
+            self._inbox_send.send_nowait(message)
+
+    # --- RunSSE side ----------------------------------------------------------
+    def attach(self, scope: trio.CancelScope) -> None:
+        """A new RunSSE for this request id takes over the stream from any earlier one."""
+        if self._attached is not None:
+            self._attached.cancel()
+        self._attached = scope
+        self.attached_event.set()
+
+    def detach(self, scope: trio.CancelScope) -> None:
+        if self._attached is scope:
+            self._attached = None
+
+    @property
+    def attached(self) -> bool:
+        return self._attached is not None
+
+
+class RunRegistry:
+    def __init__(self) -> None:
+        self._slots: dict[str, RunSlot] = {}
+
+    def get(self, request_id: str) -> RunSlot | None:
+        return self._slots.get(request_id)
+
+    def get_or_create(self, request_id: str) -> RunSlot:
+        slot = self._slots.get(request_id)
+        if slot is None:
+            slot = self._slots[request_id] = RunSlot(request_id)
+        return slot
+
+    def remove(self, request_id: str, slot: RunSlot) -> None:
+        if self._slots.get(request_id) is slot:
+            del self._slots[request_id]
+
+    def __len__(self) -> int:
+        return len(self._slots)

@@ -1,0 +1,74 @@
+"""Values the store hands out and takes in. Plain frozen attrs: no database handles leak out."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import attrs
+
+from byok.model.messages import Message
+from byok.model.usage import Usage
+
+RunStatus = Literal["running", "success", "error", "canceled"]
+TERMINAL_RUN_STATUSES: frozenset[str] = frozenset({"success", "error", "canceled"})
+LlmCallStatus = Literal["ok", "error", "canceled"]
+
+
+@attrs.frozen
+class Head:
+    """A conversation's current history. ``version`` is the compare-and-swap token for the next write;
+    an unknown conversation is version 0 with no revision and no messages."""
+
+    conversation_id: str
+    revision_id: int | None
+    version: int
+    messages: tuple[Message, ...]
+
+
+@attrs.frozen
+class RunRecord:
+    request_id: str
+    conversation_id: str
+    model_id: str
+    status: RunStatus
+    started_at_ms: int
+    ended_at_ms: int | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+    usage: Usage | None = None
+
+
+@attrs.frozen
+class LlmCallRecord:
+    """One provider call, as sent and as it ended. ``request_body`` is already redacted by the caller
+    (and None when detailed bodies are not opted in); the hashes are of what was really sent."""
+
+    request_id: str
+    conversation_id: str
+    provider_id: str
+    model: str
+    request_body: bytes | None
+    request_sha256: str
+    messages_sha256: str
+    status: LlmCallStatus
+    started_at_ms: int
+    duration_ms: int | None = None
+    error: str | None = None
+    http_status: int | None = None
+    ttfb_ms: int | None = None
+    ttft_ms: int | None = None
+    event_count: int = 0
+    byte_count: int = 0
+    usage: Usage | None = None
+    # Assigned by the store; None on a record that has not been written yet.
+    id: int | None = None
+
+
+@attrs.frozen
+class BlobEdge:
+    """``parent_id`` references ``child_id`` as its ``ordinal``-th child of ``kind``."""
+
+    parent_id: bytes
+    child_id: bytes
+    kind: str
+    ordinal: int

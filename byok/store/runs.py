@@ -1,0 +1,142 @@
+"""Run and provider-call records: the observability half of the store.
+
+Functions take a connection already inside the right transaction; SQLiteStore owns transactions.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any, cast
+
+from byok.model.usage import Usage
+from byok.store.errors import StoreError
+from byok.store.records import TERMINAL_RUN_STATUSES, LlmCallRecord, LlmCallStatus, RunRecord, RunStatus
+from byok.store.schema import USAGE_COLUMNS
+
+_USAGE_SELECT = ", ".join(USAGE_COLUMNS)
+
+
+def usage_values(usage: Usage | None) -> tuple[int | None, ...]:
+    if usage is None:
+        return (None,) * len(USAGE_COLUMNS)
+    return (
+        usage.input_tokens,
+        usage.output_tokens,
+        usage.cache_read_tokens,
+        usage.cache_write_tokens,
+        usage.reasoning_tokens,
+    )
+
+
+def usage_from_row(values: tuple[Any, ...]) -> Usage | None:
+    # Usage has mandatory input/output counts, so a NULL input count means none was reported.
+    if values[0] is None:
+        return None
+    return Usage(*values)
+
+
+def start_run(
+    conn: sqlite3.Connection, request_id: str, conversation_id: str, model_id: str, now_ms: int
+) -> None:
+    try:
+        conn.execute(
+            "INSERT INTO runs (request_id, conversation_id, model_id, status, started_at_ms)"
+            " VALUES (?, ?, ?, 'running', ?)",
+            (request_id, conversation_id, model_id, now_ms),
+        )
+    except sqlite3.IntegrityError as e:
+        raise StoreError(f"run {request_id!r} already exists") from e
+
+
+def finish_run(
+    conn: sqlite3.Connection,
+    request_id: str,
+    status: RunStatus,
+    now_ms: int,
+    error_code: str | None,
+    error_message: str | None,
+    usage: Usage | None,
+) -> None:
+    if status not in TERMINAL_RUN_STATUSES:
+        raise ValueError(f"not a terminal run status: {status!r}")
+    assignments = ", ".join(f"{c} = ?" for c in USAGE_COLUMNS)
+    # The WHERE on status is what makes the terminal state write-once.
+    cur = conn.execute(
+        f"UPDATE runs SET status = ?, ended_at_ms = ?, error_code = ?, error_message = ?, {assignments}"
+        " WHERE request_id = ? AND status = 'running'",
+        (status, now_ms, error_code, error_message, *usage_values(usage), request_id),
+    )
+    if cur.rowcount == 1:
+        return
+    row = conn.execute("SELECT status FROM runs WHERE request_id = ?", (request_id,)).fetchone()
+    if row is None:
+        raise StoreError(f"unknown run {request_id!r}")
+    raise StoreError(f"run {request_id!r} already ended with status {row[0]!r}")
+
+
+def run(conn: sqlite3.Connection, request_id: str) -> RunRecord | None:
+    row = conn.execute(
+        "SELECT request_id, conversation_id, model_id, status, started_at_ms, ended_at_ms,"
+        f" error_code, error_message, {_USAGE_SELECT} FROM runs WHERE request_id = ?",
+        (request_id,),
+    ).fetchone()
+    if row is None:
+        return None
+    return RunRecord(
+        request_id=row[0],
+        conversation_id=row[1],
+        model_id=row[2],
+        status=cast(RunStatus, row[3]),
+        started_at_ms=row[4],
+        ended_at_ms=row[5],
+        error_code=row[6],
+        error_message=row[7],
+        usage=usage_from_row(row[8:]),
+    )
+
+
+# Column order shared by the INSERT and the SELECT below.
+_LLM_COLUMNS = (
+    "request_id",
+    "conversation_id",
+    "provider_id",
+    "model",
+    "request_body",
+    "request_sha256",
+    "messages_sha256",
+    "status",
+    "started_at_ms",
+    "duration_ms",
+    "error",
+    "http_status",
+    "ttfb_ms",
+    "ttft_ms",
+    "event_count",
+    "byte_count",
+)
+
+
+def record_llm_call(conn: sqlite3.Connection, rec: LlmCallRecord) -> int:
+    columns = (*_LLM_COLUMNS, *USAGE_COLUMNS)
+    values = (*(getattr(rec, c) for c in _LLM_COLUMNS), *usage_values(rec.usage))
+    cur = conn.execute(
+        f"INSERT INTO llm_calls ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+        values,
+    )
+    assert cur.lastrowid is not None
+    return cur.lastrowid
+
+
+def llm_calls(conn: sqlite3.Connection, request_id: str) -> list[LlmCallRecord]:
+    rows = conn.execute(
+        f"SELECT id, {', '.join(_LLM_COLUMNS)}, {_USAGE_SELECT} FROM llm_calls"
+        " WHERE request_id = ? ORDER BY id",
+        (request_id,),
+    ).fetchall()
+    n = len(_LLM_COLUMNS)
+    records = []
+    for row in rows:
+        fields = dict(zip(_LLM_COLUMNS, row[1 : n + 1], strict=True))
+        fields["status"] = cast(LlmCallStatus, fields["status"])
+        records.append(LlmCallRecord(**fields, usage=usage_from_row(row[n + 1 :]), id=row[0]))
+    return records

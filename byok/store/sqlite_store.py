@@ -1,0 +1,349 @@
+"""SQLiteStore: the synchronous store, source of truth for conversation history.
+
+History model: a conversation points at a head revision; each revision appends messages to its
+parent; a revision never changes once committed. Editing a message is "move the head back to where
+that input was anchored, then append", so old branches stay readable. Every write is one
+``BEGIN IMMEDIATE`` transaction guarded by a compare-and-swap on ``conversations.version``.
+
+Not thread-safe by itself: AsyncStore serializes all calls through one worker at a time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+from byok.model.messages import Message
+from byok.model.usage import Usage
+from byok.store import blobs as _blobs
+from byok.store import runs as _runs
+from byok.store import schema
+from byok.store.errors import StaleRevision, StoreError
+from byok.store.records import BlobEdge, Head, LlmCallRecord, RunRecord, RunStatus
+
+DB_FILENAME = "byok.sqlite3"
+
+# Walk the parent chain from one revision to the root, then read every appended message in
+# absolute order. One statement, served by the revisions rowid and revision_messages' primary key.
+_HISTORY_SQL = """
+WITH RECURSIVE chain(id) AS (
+    SELECT ?
+    UNION ALL
+    SELECT r.parent_id FROM revisions AS r JOIN chain ON r.id = chain.id WHERE r.parent_id IS NOT NULL
+)
+SELECT rm.ordinal, m.data
+FROM chain
+JOIN revision_messages AS rm ON rm.revision_id = chain.id
+JOIN messages AS m ON m.id = rm.message_id
+ORDER BY rm.ordinal
+"""
+
+# Decoded histories of recently used revisions. Sound because a committed revision id names one
+# history forever (AUTOINCREMENT, no updates), and only committed revisions are cached.
+_CACHE_REVISIONS = 64
+
+
+class SQLiteStore:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._conn: sqlite3.Connection | None = schema.connect(path)
+        self._cache: OrderedDict[int, tuple[Message, ...]] = OrderedDict()
+
+    @classmethod
+    def open_in(cls, data_dir: Path) -> SQLiteStore:
+        """Open ``<data_dir>/byok.sqlite3``, creating a private data dir if it does not exist."""
+        if not data_dir.exists():
+            data_dir.mkdir(mode=0o700, parents=True)
+            data_dir.chmod(0o700)  # mkdir's mode is filtered by the umask
+        return cls(data_dir / DB_FILENAME)
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+        self._cache.clear()
+
+    def __enter__(self) -> SQLiteStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- transactions ---------------------------------------------------------------------------
+
+    @contextmanager
+    def _transaction(self, *, write: bool) -> Iterator[sqlite3.Connection]:
+        """One transaction; sqlite errors surface as StoreError, any exception rolls back.
+
+        Reads use a deferred BEGIN too, so a multi-statement read sees one snapshot even when another
+        process writes the same file.
+        """
+        conn = self._conn
+        if conn is None:
+            raise StoreError("store is closed")
+        try:
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException:
+                # Some errors (disk full, I/O) already rolled back; a second ROLLBACK would raise.
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as e:
+            raise StoreError(f"sqlite: {e}") from e
+
+    # -- conversations --------------------------------------------------------------------------
+
+    def head(self, conversation_id: str) -> Head:
+        with self._transaction(write=False) as conn:
+            head = self._head(conn, conversation_id)
+        self._remember(head)
+        return head
+
+    def messages_at(self, revision_id: int) -> tuple[Message, ...]:
+        with self._transaction(write=False) as conn:
+            messages = self._messages(conn, revision_id)
+        self._remember_revision(revision_id, messages)
+        return messages
+
+    def append(
+        self,
+        conversation_id: str,
+        expected_version: int,
+        messages: Sequence[Message],
+        now_ms: int,
+        *,
+        event_id: str | None = None,
+        input_id: str | None = None,
+    ) -> Head:
+        """Append ``messages`` as a new head revision, if the conversation is still at
+        ``expected_version`` (0 = does not exist yet). Raises StaleRevision otherwise.
+
+        ``event_id``: exactly-once key of the runtime event these messages consume; if it was already
+        consumed nothing is appended and the current head is returned (whatever its version), so a
+        retry replays instead of appending twice. ``input_id``: the first time it is seen, the head
+        before this append is recorded as the point an edit of that input branches from.
+        """
+        if not messages:
+            raise ValueError("append needs at least one message")
+        encoded = [message.encode() for message in messages]
+        ids = [hashlib.sha256(data).digest() for data in encoded]
+        with self._transaction(write=True) as conn:
+            if event_id is not None and self._event_seen(conn, conversation_id, event_id):
+                head = self._head(conn, conversation_id)
+            else:
+                parent = self._claim(conn, conversation_id, expected_version, now_ms)
+                parent_count = self._message_count(conn, parent)
+                conn.executemany(
+                    "INSERT OR IGNORE INTO messages (id, data) VALUES (?, ?)", zip(ids, encoded, strict=True)
+                )
+                cur = conn.execute(
+                    "INSERT INTO revisions (conversation_id, parent_id, message_count, created_at_ms)"
+                    " VALUES (?, ?, ?, ?)",
+                    (conversation_id, parent, parent_count + len(ids), now_ms),
+                )
+                revision_id = cur.lastrowid
+                assert revision_id is not None
+                conn.executemany(
+                    "INSERT INTO revision_messages (revision_id, ordinal, message_id) VALUES (?, ?, ?)",
+                    [(revision_id, parent_count + i, mid) for i, mid in enumerate(ids)],
+                )
+                self._set_head(conn, conversation_id, revision_id, now_ms)
+                if event_id is not None:
+                    conn.execute(
+                        "INSERT INTO runtime_events"
+                        " (conversation_id, event_id, message_id, revision_id, created_at_ms)"
+                        " VALUES (?, ?, ?, ?, ?)",
+                        (conversation_id, event_id, ids[0], revision_id, now_ms),
+                    )
+                if input_id is not None:
+                    conn.execute(
+                        "INSERT OR IGNORE INTO input_anchors"
+                        " (conversation_id, input_id, revision_id, created_at_ms) VALUES (?, ?, ?, ?)",
+                        (conversation_id, input_id, parent, now_ms),
+                    )
+                # Decode what was stored, not the caller's objects, so the result equals a reload.
+                before = self._messages(conn, parent)
+                after = before + tuple(Message.decode(data) for data in encoded)
+                head = Head(conversation_id, revision_id, expected_version + 1, after)
+        self._remember(head)
+        return head
+
+    def move_head(
+        self, conversation_id: str, expected_version: int, revision_id: int | None, now_ms: int
+    ) -> Head:
+        """Point the conversation at ``revision_id`` (one of its own revisions, or None for empty).
+        Compare-and-swap like append; the revisions left behind stay readable."""
+        with self._transaction(write=True) as conn:
+            if revision_id is not None:
+                row = conn.execute(
+                    "SELECT conversation_id FROM revisions WHERE id = ?", (revision_id,)
+                ).fetchone()
+                if row is None or row[0] != conversation_id:
+                    raise StoreError(
+                        f"revision {revision_id} does not belong to conversation {conversation_id!r}"
+                    )
+            self._claim(conn, conversation_id, expected_version, now_ms)
+            self._set_head(conn, conversation_id, revision_id, now_ms)
+            head = Head(conversation_id, revision_id, expected_version + 1, self._messages(conn, revision_id))
+        self._remember(head)
+        return head
+
+    def runtime_event_message(self, conversation_id: str, event_id: str) -> Message | None:
+        with self._transaction(write=False) as conn:
+            row = conn.execute(
+                "SELECT m.data FROM runtime_events AS e JOIN messages AS m ON m.id = e.message_id"
+                " WHERE e.conversation_id = ? AND e.event_id = ?",
+                (conversation_id, event_id),
+            ).fetchone()
+        return None if row is None else Message.decode(row[0])
+
+    def input_anchor(self, conversation_id: str, input_id: str) -> tuple[bool, int | None]:
+        """(found, revision the input was appended onto; None = the empty conversation)."""
+        with self._transaction(write=False) as conn:
+            row = conn.execute(
+                "SELECT revision_id FROM input_anchors WHERE conversation_id = ? AND input_id = ?",
+                (conversation_id, input_id),
+            ).fetchone()
+        return (False, None) if row is None else (True, row[0])
+
+    def _head(self, conn: sqlite3.Connection, conversation_id: str) -> Head:
+        row = conn.execute(
+            "SELECT head_revision, version FROM conversations WHERE conversation_id = ?", (conversation_id,)
+        ).fetchone()
+        if row is None:
+            return Head(conversation_id, None, 0, ())
+        revision_id, version = row
+        return Head(conversation_id, revision_id, version, self._messages(conn, revision_id))
+
+    def _claim(
+        self, conn: sqlite3.Connection, conversation_id: str, expected_version: int, now_ms: int
+    ) -> int | None:
+        """The compare-and-swap check; returns the current head revision. Atomic with the write
+        that follows because BEGIN IMMEDIATE already holds the database's write lock."""
+        row = conn.execute(
+            "SELECT head_revision, version FROM conversations WHERE conversation_id = ?", (conversation_id,)
+        ).fetchone()
+        if row is None:
+            if expected_version != 0:
+                raise StaleRevision(conversation_id, expected_version, 0)
+            conn.execute(
+                "INSERT INTO conversations (conversation_id, head_revision, version, created_at_ms,"
+                " updated_at_ms) VALUES (?, NULL, 0, ?, ?)",
+                (conversation_id, now_ms, now_ms),
+            )
+            return None
+        head_revision, version = row
+        if version != expected_version:
+            raise StaleRevision(conversation_id, expected_version, version)
+        return head_revision
+
+    @staticmethod
+    def _set_head(
+        conn: sqlite3.Connection, conversation_id: str, revision_id: int | None, now_ms: int
+    ) -> None:
+        conn.execute(
+            "UPDATE conversations SET head_revision = ?, version = version + 1, updated_at_ms = ?"
+            " WHERE conversation_id = ?",
+            (revision_id, now_ms, conversation_id),
+        )
+
+    @staticmethod
+    def _event_seen(conn: sqlite3.Connection, conversation_id: str, event_id: str) -> bool:
+        row = conn.execute(
+            "SELECT 1 FROM runtime_events WHERE conversation_id = ? AND event_id = ?",
+            (conversation_id, event_id),
+        ).fetchone()
+        return row is not None
+
+    @staticmethod
+    def _message_count(conn: sqlite3.Connection, revision_id: int | None) -> int:
+        if revision_id is None:
+            return 0
+        row = conn.execute("SELECT message_count FROM revisions WHERE id = ?", (revision_id,)).fetchone()
+        if row is None:
+            raise StoreError(f"unknown revision {revision_id}")
+        return int(row[0])
+
+    def _messages(self, conn: sqlite3.Connection, revision_id: int | None) -> tuple[Message, ...]:
+        if revision_id is None:
+            return ()
+        cached = self._cache.get(revision_id)
+        if cached is not None:
+            self._cache.move_to_end(revision_id)
+            return cached
+        count = self._message_count(conn, revision_id)
+        rows = conn.execute(_HISTORY_SQL, (revision_id,)).fetchall()
+        # Transactions make a gap impossible; checking is cheap and turns corruption into an error
+        # instead of a silently shortened history sent to a provider.
+        if len(rows) != count or any(ordinal != i for i, (ordinal, _) in enumerate(rows)):
+            raise StoreError(f"revision {revision_id} is corrupt: expected {count} messages in order")
+        return tuple(Message.decode(data) for _, data in rows)
+
+    def _remember(self, head: Head) -> None:
+        if head.revision_id is not None:
+            self._remember_revision(head.revision_id, head.messages)
+
+    def _remember_revision(self, revision_id: int, messages: tuple[Message, ...]) -> None:
+        # Called only after COMMIT: a rolled-back revision id may be handed out again.
+        self._cache[revision_id] = messages
+        self._cache.move_to_end(revision_id)
+        while len(self._cache) > _CACHE_REVISIONS:
+            self._cache.popitem(last=False)
+
+    # -- runs and provider calls ----------------------------------------------------------------
+
+    def start_run(self, request_id: str, conversation_id: str, model_id: str, now_ms: int) -> None:
+        with self._transaction(write=True) as conn:
+            _runs.start_run(conn, request_id, conversation_id, model_id, now_ms)
+
+    def finish_run(
+        self,
+        request_id: str,
+        status: RunStatus,
+        now_ms: int,
+        *,
+        error_code: str | None = None,
+        error_message: str | None = None,
+        usage: Usage | None = None,
+    ) -> None:
+        """Write the run's terminal state; a run ends once, so a second finish raises StoreError."""
+        with self._transaction(write=True) as conn:
+            _runs.finish_run(conn, request_id, status, now_ms, error_code, error_message, usage)
+
+    def run(self, request_id: str) -> RunRecord | None:
+        with self._transaction(write=False) as conn:
+            return _runs.run(conn, request_id)
+
+    def record_llm_call(self, rec: LlmCallRecord) -> int:
+        with self._transaction(write=True) as conn:
+            return _runs.record_llm_call(conn, rec)
+
+    def llm_calls(self, request_id: str) -> list[LlmCallRecord]:
+        with self._transaction(write=False) as conn:
+            return _runs.llm_calls(conn, request_id)
+
+    # -- blobs ----------------------------------------------------------------------------------
+
+    def put_blobs(
+        self, blobs: Sequence[tuple[bytes, bytes]], now_ms: int, edges: Sequence[BlobEdge] = ()
+    ) -> None:
+        """Store (id, data) pairs and edges in one transaction; ValueError (nothing written) if an id
+        is not the SHA-256 of its data, StoreError if an edge names a blob that is not stored."""
+        _blobs.verify_blobs(blobs)
+        with self._transaction(write=True) as conn:
+            _blobs.put_blobs(conn, blobs, now_ms, edges)
+
+    def get_blob(self, blob_id: bytes) -> bytes | None:
+        with self._transaction(write=False) as conn:
+            return _blobs.get_blob(conn, blob_id)
+
+    def has_blobs(self, ids: Iterable[bytes]) -> set[bytes]:
+        with self._transaction(write=False) as conn:
+            return _blobs.has_blobs(conn, ids)

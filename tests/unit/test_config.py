@@ -1,0 +1,331 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from byok.config import (
+    Config,
+    ConfigError,
+    ModelConfig,
+    ProviderConfig,
+    ServerConfig,
+    load_config,
+)
+
+FULL = """
+[server]
+host = "0.0.0.0"
+port = 9000
+data_dir = "~/byok-data"
+upstream = "https://api2.cursor.sh/"
+heartbeat_s = 2
+kv_ack_timeout_s = 12.5
+max_body_bytes = 1048576
+
+[[providers]]
+id = "local"
+kind = "openai_chat"
+base_url = "http://127.0.0.1:9999/v1"
+
+[[providers]]
+id = "oa"
+kind = "openai_responses"
+base_url = "https://api.openai.com/v1"
+api_key_env = "BYOK_TEST_OA_KEY"
+
+[[providers]]
+id = "ant"
+kind = "anthropic"
+base_url = "https://api.anthropic.com"
+api_key = "sk-literal"
+
+[[models]]
+id = "byok-demo"
+provider = "local"
+upstream_model = "gpt-4.1"
+context_tokens = 128000
+display_name = "Demo"
+max_output_tokens = 8192
+replay_reasoning = false
+
+[[models]]
+id = "claude"
+provider = "ant"
+upstream_model = "claude-sonnet-4"
+context_tokens = 200000
+"""
+
+MINIMAL_PROVIDER = """
+[[providers]]
+id = "local"
+kind = "openai_chat"
+base_url = "http://127.0.0.1:9999/v1"
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "byok.toml"
+    path.write_text(text)
+    return path
+
+
+def error_for(tmp_path: Path, text: str) -> str:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, overrides={})
+    message = str(info.value)
+    assert "\n" not in message
+    return message.removeprefix(f"{path}: ")
+
+
+def test_full_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    path = write(tmp_path, FULL)
+    cfg = load_config(path, overrides={})
+    assert cfg.source == str(path)
+    assert cfg.server == ServerConfig(
+        host="0.0.0.0",
+        port=9000,
+        data_dir=tmp_path / "byok-data",
+        upstream="https://api2.cursor.sh",
+        heartbeat_s=2.0,
+        kv_ack_timeout_s=12.5,
+        max_body_bytes=1048576,
+    )
+    assert isinstance(cfg.server.heartbeat_s, float)
+    assert [p.id for p in cfg.providers] == ["local", "oa", "ant"]
+    assert [p.kind for p in cfg.providers] == ["openai_chat", "openai_responses", "anthropic"]
+    assert cfg.models[0] == ModelConfig(
+        id="byok-demo",
+        provider="local",
+        upstream_model="gpt-4.1",
+        context_tokens=128000,
+        display_name="Demo",
+        max_output_tokens=8192,
+        replay_reasoning=False,
+    )
+    claude = cfg.model("claude")
+    assert claude is not None
+    assert (claude.display_name, claude.max_output_tokens, claude.replay_reasoning) == (None, None, True)
+    assert cfg.model("nope") is None
+    assert cfg.provider("oa") is not None
+    assert cfg.provider("nope") is None
+
+
+def test_api_key_resolution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write(tmp_path, FULL)
+    cfg = load_config(path, overrides={})
+    local, oa, ant = cfg.providers
+    assert local.api_key() is None
+    assert ant.api_key() == "sk-literal"
+    assert "sk-literal" not in repr(ant)
+
+    monkeypatch.delenv("BYOK_TEST_OA_KEY", raising=False)
+    with pytest.raises(ConfigError) as info:
+        oa.api_key()
+    assert str(info.value) == (
+        f"{path}: providers[1].api_key_env: environment variable BYOK_TEST_OA_KEY is not set"
+    )
+    monkeypatch.setenv("BYOK_TEST_OA_KEY", "")
+    with pytest.raises(ConfigError, match="BYOK_TEST_OA_KEY is empty"):
+        oa.api_key()
+    # Read at call time: a key set after loading is picked up.
+    monkeypatch.setenv("BYOK_TEST_OA_KEY", "sk-env")
+    assert oa.api_key() == "sk-env"
+
+
+def test_defaults_without_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    cfg = load_config(None, overrides={})
+    assert cfg == Config(server=ServerConfig(), providers=(), models=(), source="<defaults>")
+    assert cfg.server.host == "127.0.0.1"
+    assert cfg.server.port == 8790
+    assert cfg.server.data_dir == tmp_path / ".local/share/byok"
+    assert cfg.server.upstream == "https://api2.cursor.sh"
+    assert (cfg.server.heartbeat_s, cfg.server.kv_ack_timeout_s) == (5.0, 30.0)
+    assert cfg.server.max_body_bytes == 33554432
+
+
+def test_empty_file_is_defaults(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, ""), overrides={})
+    assert cfg.server == ServerConfig()
+    assert cfg.providers == () and cfg.models == ()
+
+
+def test_overrides_win(tmp_path: Path) -> None:
+    path = write(tmp_path, FULL)
+    cfg = load_config(path, overrides={"host": "::1", "port": 0, "data_dir": tmp_path / "d"})
+    assert (cfg.server.host, cfg.server.port, cfg.server.data_dir) == ("::1", 0, tmp_path / "d")
+    # None means "flag not given".
+    cfg = load_config(path, overrides={"host": None, "port": None, "data_dir": None})
+    assert (cfg.server.host, cfg.server.port) == ("0.0.0.0", 9000)
+    assert load_config(None, overrides={"port": 1234}).server.port == 1234
+
+
+def test_bad_overrides() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(None, overrides={"port": 70000})
+    assert str(info.value) == "<command line>: port: port must be between 0 and 65535, got 70000"
+    with pytest.raises(ConfigError) as info:
+        load_config(None, overrides={"upstream": "x"})
+    assert str(info.value).startswith("<command line>: upstream: unknown key")
+
+
+def test_unreadable_file(tmp_path: Path) -> None:
+    path = tmp_path / "missing.toml"
+    with pytest.raises(ConfigError) as info:
+        load_config(path, overrides={})
+    assert str(info.value) == f"{path}: cannot read file: No such file or directory"
+
+
+def test_not_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "byok.toml"
+    path.write_bytes(b'[server]\nhost = "\xff"\n')
+    with pytest.raises(ConfigError) as info:
+        load_config(path, overrides={})
+    assert str(info.value) == f"{path}: not valid UTF-8 at byte 17"
+
+
+def test_invalid_toml_has_line_and_column(tmp_path: Path) -> None:
+    msg = error_for(tmp_path, "[server]\nport = 80\nhost = \n")
+    assert msg.startswith("invalid TOML: ")
+    assert "line 3, column 8" in msg
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("frobnicate = 1", "frobnicate: unknown key (allowed: server, providers, models)"),
+        (
+            "[server]\nprot = 1",
+            "server.prot: unknown key (allowed: host, port, data_dir, upstream, "
+            "heartbeat_s, kv_ack_timeout_s, max_body_bytes)",
+        ),
+        (
+            MINIMAL_PROVIDER + 'apikey = "x"',
+            "providers[0].apikey: unknown key (allowed: id, kind, base_url, api_key_env, api_key)",
+        ),
+        (
+            MINIMAL_PROVIDER + '[[models]]\nid = "m"\nprovider = "local"\nupstream_model = "x"\n'
+            "context_tokens = 1\nupstream_modle = 2",
+            "models[0].upstream_modle: unknown key (allowed: id, "
+            "provider, upstream_model, context_tokens, display_name, max_output_tokens, replay_reasoning)",
+        ),
+    ],
+)
+def test_unknown_keys(tmp_path: Path, text: str, expected: str) -> None:
+    assert error_for(tmp_path, text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("server = 1", "server: expected table, got integer"),
+        ('[server]\nport = "80"', "server.port: expected integer, got string"),
+        ("[server]\nport = true", "server.port: expected integer, got boolean"),
+        ("[server]\nport = 80.0", "server.port: expected integer, got float"),
+        ("[server]\nhost = 1", "server.host: expected string, got integer"),
+        ("[server]\nheartbeat_s = false", "server.heartbeat_s: expected number, got boolean"),
+        ('[server]\nkv_ack_timeout_s = "1"', "server.kv_ack_timeout_s: expected number, got string"),
+        ("[server]\nmax_body_bytes = 1.5", "server.max_body_bytes: expected integer, got float"),
+        ("[server]\nupstream = 1979-05-27", "server.upstream: expected string, got date/time"),
+        ("providers = 3", "providers: expected array of tables, got integer"),
+        ("[providers]\nid = 'x'", "providers: expected array of tables, got table"),
+        ("providers = [1]", "providers[0]: expected table, got integer"),
+        ("models = [[]]", "models[0]: expected table, got array"),
+        (
+            MINIMAL_PROVIDER + '[[models]]\nid = "m"\nprovider = "local"\nupstream_model = "x"\n'
+            'context_tokens = "big"',
+            "models[0].context_tokens: expected integer, got string",
+        ),
+        (
+            MINIMAL_PROVIDER + '[[models]]\nid = "m"\nprovider = "local"\nupstream_model = "x"\n'
+            'context_tokens = 5\nreplay_reasoning = "yes"',
+            "models[0].replay_reasoning: expected boolean, got string",
+        ),
+    ],
+)
+def test_wrong_types(tmp_path: Path, text: str, expected: str) -> None:
+    assert error_for(tmp_path, text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("[server]\nport = 65536", "server.port: port must be between 0 and 65535, got 65536"),
+        ("[server]\nport = -1", "server.port: port must be between 0 and 65535, got -1"),
+        ('[server]\nhost = ""', "server.host: must not be empty"),
+        (
+            '[server]\nupstream = "api2.cursor.sh"',
+            "server.upstream: expected an http(s) URL, got 'api2.cursor.sh'",
+        ),
+        ("[server]\nheartbeat_s = 0", "server.heartbeat_s: must be > 0, got 0"),
+        ("[server]\nmax_body_bytes = 0", "server.max_body_bytes: must be >= 1, got 0"),
+    ],
+)
+def test_bad_server_values(tmp_path: Path, text: str, expected: str) -> None:
+    assert error_for(tmp_path, text) == expected
+
+
+def test_provider_errors(tmp_path: Path) -> None:
+    assert error_for(tmp_path, '[[providers]]\nkind = "anthropic"\nbase_url = "http://x"') == (
+        "providers[0].id: missing required key"
+    )
+    assert error_for(tmp_path, '[[providers]]\nid = "p"\nkind = "gemini"\nbase_url = "http://x"') == (
+        "providers[0].kind: unknown kind 'gemini' (expected one of: openai_chat, openai_responses, anthropic)"
+    )
+    assert error_for(tmp_path, '[[providers]]\nid = "p"\nkind = "anthropic"\nbase_url = "ftp://x"') == (
+        "providers[0].base_url: expected an http(s) URL, got 'ftp://x'"
+    )
+    both = (
+        '[[providers]]\nid = "p"\nkind = "anthropic"\nbase_url = "http://x"\napi_key = "a"\napi_key_env = "B"'
+    )
+    assert error_for(tmp_path, both) == "providers[0]: set at most one of api_key and api_key_env"
+    assert (
+        error_for(tmp_path, MINIMAL_PROVIDER + 'api_key_env = ""')
+        == "providers[0].api_key_env: must not be empty"
+    )
+
+
+def test_duplicate_ids(tmp_path: Path) -> None:
+    assert error_for(tmp_path, MINIMAL_PROVIDER + MINIMAL_PROVIDER) == (
+        "providers[1].id: duplicate id 'local' (first at providers[0])"
+    )
+    model = '[[models]]\nid = "m"\nprovider = "local"\nupstream_model = "x"\ncontext_tokens = 1\n'
+    assert error_for(tmp_path, MINIMAL_PROVIDER + model + model + model) == (
+        "models[1].id: duplicate id 'm' (first at models[0])"
+    )
+
+
+def test_model_errors(tmp_path: Path) -> None:
+    def model(**fields: object) -> str:
+        base: dict[str, object] = {"id": "m", "provider": "local", "upstream_model": "x", "context_tokens": 1}
+        base.update(fields)
+        body = "\n".join(f"{k} = {v!r}".replace("'", '"') for k, v in base.items() if v is not None)
+        return MINIMAL_PROVIDER + "[[models]]\n" + body + "\n"
+
+    ok = '[[models]]\nid = "ok"\nprovider = "local"\nupstream_model = "x"\ncontext_tokens = 1\n'
+    missing = model(provider="nowhere").removeprefix(MINIMAL_PROVIDER)
+    assert error_for(tmp_path, MINIMAL_PROVIDER + ok + missing) == (
+        "models[1].provider: unknown provider 'nowhere' (known: local)"
+    )
+    assert (
+        error_for(tmp_path, missing)
+        == "models[0].provider: unknown provider 'nowhere' (known: none configured)"
+    )
+    assert error_for(tmp_path, model(upstream_model="")) == "models[0].upstream_model: must not be empty"
+    assert error_for(tmp_path, model(upstream_model=None)) == "models[0].upstream_model: missing required key"
+    assert error_for(tmp_path, model(context_tokens=0)) == "models[0].context_tokens: must be >= 1, got 0"
+    assert (
+        error_for(tmp_path, model(max_output_tokens=-5))
+        == "models[0].max_output_tokens: must be >= 1, got -5"
+    )
+    assert error_for(tmp_path, model(display_name=" ")) == "models[0].display_name: must not be empty"
+
+
+def test_provider_config_direct_construction() -> None:
+    # Other modules and tests build these by hand: the defaults must make that easy.
+    p = ProviderConfig(id="x", kind="openai_chat", base_url="http://h", api_key="k")
+    assert p.api_key() == "k"
+    assert ProviderConfig(id="x", kind="openai_chat", base_url="http://h").api_key() is None
