@@ -52,8 +52,14 @@ class ModeAssets:
 
 
 def default_prompt_root() -> Path:
-    # byok/cursor/prompting.py -> repository root / prompt (source checkouts and editable installs).
-    return Path(__file__).resolve().parents[2] / "prompt"
+    here = Path(__file__).resolve()
+    # A wheel ships the assets inside the package as byok/_prompt; checked first because in an
+    # installed tree parents[2] is site-packages, where a "prompt" directory would be someone else's.
+    packaged = here.parents[1] / "_prompt"
+    if packaged.is_dir():
+        return packaged
+    # Source checkouts and editable installs: the repository's prompt/ directory.
+    return here.parents[2] / "prompt"
 
 
 def load_prompt_assets(root: Path) -> dict[str, ModeAssets]:

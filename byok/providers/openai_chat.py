@@ -180,11 +180,13 @@ class ChatStreamParser:
         if isinstance(usage, dict):
             self._usage = _parse_usage(usage)  # last non-null usage wins
         choices = obj.get("choices")
-        if choices and isinstance(choices[0], dict):
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
             self._choice(choices[0], out)
 
     def _choice(self, choice: dict[str, Any], out: list[ModelEvent]) -> None:
-        delta = choice.get("delta") or {}
+        delta = choice.get("delta")
+        if not isinstance(delta, dict):
+            delta = {}
         # OpenRouter's reasoning_details[] duplicates "reasoning", so it is not read.
         reasoning = delta.get("reasoning_content")
         if reasoning is None:
@@ -238,7 +240,9 @@ class ChatStreamParser:
         if finish == "length":
             raise ProviderError("response cut off at the output token limit (finish_reason=length)")
         if finish == "content_filter":
-            raise ProviderError("response blocked by the provider's content filter (finish_reason=content_filter)")
+            raise ProviderError(
+                "response blocked by the provider's content filter (finish_reason=content_filter)"
+            )
         if finish not in ("stop", "tool_calls"):
             raise ProviderError(f"unexpected finish_reason={finish!r}")
         if self._usage is None:

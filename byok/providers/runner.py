@@ -57,22 +57,23 @@ async def stream_call(
     parser: StreamParser,
     on_events: Callable[[list[ModelEvent]], Awaitable[None]],
     clock: Callable[[], float] = trio.current_time,
+    *,
+    stats: CallStats | None = None,
 ) -> CallStats:
     """POST ``body`` and stream the response through ``parser`` into ``on_events``.
 
     Raises ProviderError for non-2xx statuses, transport failures and whatever the parser
-    rejects. ``stats`` is only returned on success; failures carry their own message.
+    rejects. Pass ``stats`` to have it filled in place, so that a failed or cancelled call
+    still reports its status, timings and byte counts.
     """
-    stats = CallStats()
+    stats = CallStats() if stats is None else stats
     start = clock()
     try:
         async with client.stream("POST", endpoint.url, content=body, headers=_headers(endpoint)) as resp:
             stats.status = resp.status_code
             stats.ttfb_s = clock() - start
             if not 200 <= resp.status_code < 300:
-                raise http_error(
-                    resp.status_code, await _read_capped(resp), resp.headers.get("retry-after")
-                )
+                raise http_error(resp.status_code, await _read_capped(resp), resp.headers.get("retry-after"))
             if resp.headers.get("content-type", "").startswith("application/json"):
                 # A 200 JSON body instead of a stream is some gateways' way to report errors.
                 err = http_error(resp.status_code, await _read_capped(resp), None)

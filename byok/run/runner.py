@@ -7,6 +7,7 @@ assembly), model/ (projection) and providers/ (request bytes, stream parsing).
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import logging
@@ -29,7 +30,7 @@ from byok.cursor.checkpoint import (
     root_blob,
     thinking_step,
 )
-from byok.cursor.prompting import ModeAssets, build_runtime_message, mode_name
+from byok.cursor.prompting import ModeAssets, build_runtime_message, mode_name, request_context_sections
 from byok.cursor.request import RunStart
 from byok.cursor.token_breakdown import BreakdownInput, breakdown, to_proto
 from byok.http.connect_envelope import ConnectError, end_stream_error, end_stream_ok, provider_error_details
@@ -58,6 +59,10 @@ class RunDeps:
     prompts: dict[str, ModeAssets]
     http: httpx.AsyncClient
     wall_ms: Callable[[], int] = attrs.field(default=lambda: int(time.time() * 1000))
+
+
+def iso_utc(ms: int) -> str:
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).isoformat(timespec="seconds")
 
 
 class RunFailed(Exception):
@@ -144,11 +149,12 @@ class Run:
         if await store.runtime_event_message(st.conversation_id, event_id) is None:
             assert st.user_message is not None
             runtime = build_runtime_message(
-                self.assets,
+                self.assets.runtime_template,
                 request_id=st.request_id,
                 user_message=st.user_message,
                 request_context=st.request_context,
-                now_ms=self.deps.wall_ms(),
+                now_iso=iso_utc(self.deps.wall_ms()),
+                time_zone=None,
             )
             head = await self._append(head, [runtime], event_id=event_id, input_id=st.user_message.message_id)
 
@@ -196,14 +202,15 @@ class Run:
 
     def _token_details(self, last: Usage) -> agent.ConversationTokenDetails:
         used = last.input_tokens + last.output_tokens
+        sections = request_context_sections(self.start.request_context)
         parts = breakdown(
             BreakdownInput(
                 system_prompt=self.assets.system,
                 tools_json="",
-                rules="",
-                skills="",
-                mcp="",
-                subagents="",
+                rules=sections.rules,
+                skills=sections.agent_skills,
+                mcp=sections.mcp_instructions,
+                subagents=sections.subagents,
                 summarized="",
             ),
             used,
@@ -252,8 +259,8 @@ class Run:
         status = "ok"
         failure: ConnectError | None = None
         try:
-            stats = await stream_call(
-                self.deps.http, endpoint, body, openai_chat.ChatStreamParser(), on_events
+            await stream_call(
+                self.deps.http, endpoint, body, openai_chat.ChatStreamParser(), on_events, stats=stats
             )
             result = call.result()
         except ev.ProviderError as e:

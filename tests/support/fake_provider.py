@@ -148,7 +148,9 @@ def error_script(status: int, message: str, *, retry_after: str | None = None) -
 
 
 def _chunk(delta: dict[str, Any] | None, finish: str | None = None, usage: Any = None) -> dict[str, Any]:
-    choices = [] if delta is None else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+    choices = (
+        [] if delta is None else [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}]
+    )
     return {
         "id": "chatcmpl-fake",
         "object": "chat.completion.chunk",
@@ -212,11 +214,18 @@ def chat_tool_script(
     "") then the arguments in two fragments; ``calls`` are (call_id, name, args_json)."""
     chunks = [sse(_chunk({"role": "assistant", "content": text or None}))]
     for index, (call_id, name, args) in enumerate(calls):
-        start = {"index": index, "id": call_id, "type": "function", "function": {"name": name, "arguments": ""}}
+        start = {
+            "index": index,
+            "id": call_id,
+            "type": "function",
+            "function": {"name": name, "arguments": ""},
+        }
         chunks.append(sse(_chunk({"tool_calls": [start]})))
         half = len(args) // 2
         for part in (args[:half], args[half:]):
             if part:
-                chunks.append(sse(_chunk({"tool_calls": [{"index": index, "function": {"arguments": part}}]})))
+                chunks.append(
+                    sse(_chunk({"tool_calls": [{"index": index, "function": {"arguments": part}}]}))
+                )
     _finish(chunks, finish, usage, done)
     return Script(chunks=chunks, delay_s=delay_s)

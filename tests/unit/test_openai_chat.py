@@ -34,7 +34,9 @@ from byok.model.usage import Usage
 from byok.providers.openai_chat import ChatStreamParser, build_request, http_error
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "openai_chat"
-SHARED = Path(os.environ.get("BYOK_SHARED_FIXTURES", "/work/shared/fixtures/providers")) / "openai_chat"
+# ../shared sits beside the repository in sessions and CI; absent on a fresh clone.
+_DEFAULT_SHARED = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "providers"
+SHARED = Path(os.environ.get("BYOK_SHARED_FIXTURES", _DEFAULT_SHARED)) / "openai_chat"
 
 
 def parse(*chunks: bytes) -> list[ModelEvent]:
@@ -50,11 +52,16 @@ def fixture(name: str) -> bytes:
 
 
 def sse(*objs: object) -> bytes:
-    return b"".join(b"data: " + (o if isinstance(o, bytes) else json.dumps(o).encode()) + b"\n\n" for o in objs)
+    return b"".join(
+        b"data: " + (o if isinstance(o, bytes) else json.dumps(o).encode()) + b"\n\n" for o in objs
+    )
 
 
 def chunk(delta: dict | None = None, finish: str | None = None, usage: dict | None = None) -> dict:
-    return {"choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}], "usage": usage}
+    return {
+        "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}],
+        "usage": usage,
+    }
 
 
 USAGE = {"prompt_tokens": 3, "completion_tokens": 2}
@@ -128,7 +135,13 @@ def test_whole_call_in_one_chunk_finish_stop_without_done() -> None:
 
 def test_keepalives_groq_reasoning_and_multiline_data() -> None:
     events = parse(fixture("keepalive.sse"))
-    assert events[:5] == [Started(), ThinkingDelta("hmm"), ThinkingEnded(), TextDelta("Hi"), TextDelta(" there")]
+    assert events[:5] == [
+        Started(),
+        ThinkingDelta("hmm"),
+        ThinkingEnded(),
+        TextDelta("Hi"),
+        TextDelta(" there"),
+    ]
     assert events[-2:] == [UsageReported(Usage(3, 2, reasoning_tokens=1)), Done("stop", events[-1].replay)]
     assert events[-1].replay == ReplayState("openai_chat", '{"reasoning_content":"hmm"}')
 
@@ -136,7 +149,13 @@ def test_keepalives_groq_reasoning_and_multiline_data() -> None:
 def test_crlf_line_endings() -> None:
     raw = fixture("crlf.sse")
     assert b"\r\n" in raw
-    assert parse(raw) == [Started(), TextDelta("Line"), TextDelta(" two"), UsageReported(Usage(2, 2)), Done("stop")]
+    assert parse(raw) == [
+        Started(),
+        TextDelta("Line"),
+        TextDelta(" two"),
+        UsageReported(Usage(2, 2)),
+        Done("stop"),
+    ]
     assert parse(raw.replace(b"\r\n", b"\r")) == parse(raw)
 
 
@@ -207,7 +226,14 @@ def test_shared_recorded_fixture(path: Path | None) -> None:
 
 def test_thinking_ended_by_first_tool_call_and_finish() -> None:
     call = {"index": 0, "id": "c", "function": {"name": "f", "arguments": ""}}
-    events = parse(sse(chunk({"reasoning_content": "r"}), chunk({"tool_calls": [call]}), chunk({}, "tool_calls", USAGE), b"[DONE]"))
+    events = parse(
+        sse(
+            chunk({"reasoning_content": "r"}),
+            chunk({"tool_calls": [call]}),
+            chunk({}, "tool_calls", USAGE),
+            b"[DONE]",
+        )
+    )
     assert events[1:4] == [ThinkingDelta("r"), ThinkingEnded(), ToolCallStarted(0, "c", "f")]
     events = parse(sse(chunk({"reasoning": "r"}), chunk({}, "stop", USAGE), b"[DONE]"))
     assert events[1:3] == [ThinkingDelta("r"), ThinkingEnded()]
@@ -228,7 +254,9 @@ def test_other_finish_reasons_fail(finish: str) -> None:
 
 def test_last_finish_reason_and_last_usage_win() -> None:
     later = {"prompt_tokens": 9, "completion_tokens": 8}
-    events = parse(sse(chunk({"content": "x"}, "length"), chunk({}, "stop", USAGE), chunk(None, usage=later), b"[DONE]"))
+    events = parse(
+        sse(chunk({"content": "x"}, "length"), chunk({}, "stop", USAGE), chunk(None, usage=later), b"[DONE]")
+    )
     assert events[-2:] == [UsageReported(Usage(9, 8)), Done("stop")]
 
 
@@ -272,7 +300,9 @@ def test_http_error() -> None:
     assert http_error(503, b"<html>down</html>", "Wed, 21 Oct 2015 07:28:00 GMT").retryable
     assert http_error(503, b"", "soon").retry_after_s is None
     assert "oops" in http_error(401, b'{"message":"oops"}', None).message
-    assert [http_error(s, b"", None).retryable for s in (408, 425, 500, 599, 401, 404)] == [True] * 4 + [False] * 2
+    assert [http_error(s, b"", None).retryable for s in (408, 425, 500, 599, 401, 404)] == [True] * 4 + [
+        False
+    ] * 2
 
 
 # --- build_request -------------------------------------------------------------------------
@@ -295,19 +325,25 @@ def test_build_request_exact_json() -> None:
         max_output_tokens=100,
         extra_body=(("temperature", 0),),
     )
-    assert build_request(req) == (
-        '{"model":"gpt-x","stream":true,"stream_options":{"include_usage":true},"messages":['
-        '{"role":"system","content":"Be brief."},'
-        '{"role":"user","content":"hi é"},'
-        '{"role":"assistant","content":"Let me look.","reasoning_content":"because","tool_calls":['
-        '{"id":"call_1","type":"function","function":{"name":"read_file","arguments":"{\\"path\\": \\"a.py\\"}"}}]},'
-        '{"role":"tool","tool_call_id":"call_1","content":"print(1)"},'
-        '{"role":"assistant","content":"Done."}],'
-        '"tools":[{"type":"function","function":{"name":"read_file","description":"Read a file",'
-        '"parameters":{"properties":{"path":{"type":"string"}},"type":"object"}}}],'
-        '"max_tokens":100,"temperature":0}'
-    ).encode()
-    assert build_request(req) == build_request(request(*req.history, max_output_tokens=100, extra_body=(("temperature", 0),)))
+    assert (
+        build_request(req)
+        == (
+            '{"model":"gpt-x","stream":true,"stream_options":{"include_usage":true},"messages":['
+            '{"role":"system","content":"Be brief."},'
+            '{"role":"user","content":"hi é"},'
+            '{"role":"assistant","content":"Let me look.","reasoning_content":"because","tool_calls":['
+            '{"id":"call_1","type":"function","function":{"name":"read_file",'
+            '"arguments":"{\\"path\\": \\"a.py\\"}"}}]},'
+            '{"role":"tool","tool_call_id":"call_1","content":"print(1)"},'
+            '{"role":"assistant","content":"Done."}],'
+            '"tools":[{"type":"function","function":{"name":"read_file","description":"Read a file",'
+            '"parameters":{"properties":{"path":{"type":"string"}},"type":"object"}}}],'
+            '"max_tokens":100,"temperature":0}'
+        ).encode()
+    )
+    assert build_request(req) == build_request(
+        request(*req.history, max_output_tokens=100, extra_body=(("temperature", 0),))
+    )
 
 
 def test_build_request_minimal() -> None:
@@ -327,7 +363,11 @@ def _messages_bytes(body: bytes) -> bytes:
 
 
 def test_messages_prefix_property() -> None:
-    h1 = (UserTurn("a"), AssistantTurn("t", "because", REPLAY, (CALL,)), ToolResultTurn("call_1", "read_file", "r"))
+    h1 = (
+        UserTurn("a"),
+        AssistantTurn("t", "because", REPLAY, (CALL,)),
+        ToolResultTurn("call_1", "read_file", "r"),
+    )
     h2 = (*h1, AssistantTurn("done"), UserTurn("again"))
     m1, m2 = _messages_bytes(build_request(request(*h1))), _messages_bytes(build_request(request(*h2)))
     assert m1.endswith(b"]") and m2.startswith(m1[:-1] + b",")
@@ -335,10 +375,14 @@ def test_messages_prefix_property() -> None:
 
 def test_reasoning_replay_rules() -> None:
     def reasoning(turn: AssistantTurn, **settings) -> str | None:
-        return json.loads(build_request(request(UserTurn("u"), turn, **settings)))["messages"][2].get("reasoning_content")
+        return json.loads(build_request(request(UserTurn("u"), turn, **settings)))["messages"][2].get(
+            "reasoning_content"
+        )
 
     assert reasoning(AssistantTurn("", "because", REPLAY, (CALL,))) == "because"
-    assert reasoning(AssistantTurn("", "because", REPLAY, (CALL,)), replay_reasoning_on_tool_turns=False) is None
+    assert (
+        reasoning(AssistantTurn("", "because", REPLAY, (CALL,)), replay_reasoning_on_tool_turns=False) is None
+    )
     assert reasoning(AssistantTurn("text only", "because", REPLAY)) is None  # no tool calls
     other = ReplayState("anthropic", '{"reasoning_content":"x"}')
     assert reasoning(AssistantTurn("", "because", other, (CALL,))) is None  # another adapter's state

@@ -19,7 +19,7 @@ def test_data_lines_event_names_and_comments() -> None:
     stream = (
         b": keep-alive\n\n"
         b"data: one\n\n"
-        b"event: error\ndata: {\"a\":\ndata:  1}\n\n"
+        b'event: error\ndata: {"a":\ndata:  1}\n\n'
         b"data:nospace\n: inline comment\nid: 7\nretry: 10\n\n"
     )
     events, d = decode(stream)
@@ -45,7 +45,10 @@ def test_event_name_resets_after_dispatch() -> None:
 def test_line_endings_crlf_cr_and_mixed() -> None:
     want = [SSEEvent("message", "a\nb"), SSEEvent("e", "c")]
     for nl in (b"\n", b"\r\n", b"\r"):
-        assert decode(b"data: a" + nl + b"data: b" + nl + nl + b"event: e" + nl + b"data: c" + nl + nl)[0] == want
+        assert (
+            decode(b"data: a" + nl + b"data: b" + nl + nl + b"event: e" + nl + b"data: c" + nl + nl)[0]
+            == want
+        )
     assert decode(b"data: a\r\ndata: b\r\revent: e\ndata: c\r\n\n")[0] == want
 
 

@@ -119,7 +119,9 @@ def test_append_round_trips_every_field(path: Path) -> None:
         tool_round_id="r",
         model_call_id="m",
     )
-    result = Message(role="tool", origin="tool", text="ok", tool_call_id="c1", tool_name="read", is_error=True)
+    result = Message(
+        role="tool", origin="tool", text="ok", tool_call_id="c1", tool_name="read", is_error=True
+    )
     with SQLiteStore(path) as s:
         head = s.append("c", 0, [rich, result], 1)
     with SQLiteStore(path) as s:  # cold: nothing cached
@@ -162,7 +164,9 @@ def test_runtime_event_is_appended_exactly_once(store: SQLiteStore) -> None:
     first = store.append("c", 1, [runtime, assistant("ack")], 2, event_id="ev1")
     assert first.version == 2
     # A retry with the same event id, even with a stale version, replays instead of appending.
-    again = store.append("c", 1, [Message(role="user", origin="runtime", text="re-rendered")], 3, event_id="ev1")
+    again = store.append(
+        "c", 1, [Message(role="user", origin="runtime", text="re-rendered")], 3, event_id="ev1"
+    )
     assert again == first
     assert store.head("c") == first
     assert store.runtime_event_message("c", "ev1") == runtime

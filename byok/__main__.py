@@ -1,0 +1,3 @@
+from byok.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,106 @@
+"""Command line: `byok serve`, `byok simulate`."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import uuid
+from pathlib import Path
+
+import trio
+
+from byok.config import Config, ConfigError, load_config
+
+DEFAULT_CONFIG = Path("~/.config/byok/config.toml")
+
+
+def _config_path(arg: str | None) -> Path | None:
+    if arg:
+        return Path(arg)
+    env = os.environ.get("BYOK_CONFIG")
+    if env:
+        return Path(env)
+    default = DEFAULT_CONFIG.expanduser()
+    return default if default.exists() else None
+
+
+def _load(args: argparse.Namespace) -> Config:
+    overrides = {
+        k: v
+        for k, v in {"host": args.host, "port": args.port, "data_dir": args.data_dir}.items()
+        if v is not None
+    }
+    return load_config(_config_path(args.config), overrides=overrides)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from byok.daemon import run_daemon
+
+    try:
+        config = _load(args)
+    except ConfigError as e:
+        print(f"byok: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=os.environ.get("BYOK_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        trio.run(run_daemon, config)
+    except KeyboardInterrupt:
+        return 0
+    except OSError as e:
+        print(f"byok: cannot serve on {config.server.host}:{config.server.port}: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    import httpx
+
+    from byok.devtools.cursor_sim import CursorSim, user_turn
+
+    async def main() -> int:
+        async with httpx.AsyncClient(timeout=None) as client:
+            sim = CursorSim(args.url, client)
+            request = user_turn(
+                args.prompt,
+                conversation_id=args.conversation or str(uuid.uuid4()),
+                model_id=args.model,
+                message_id=str(uuid.uuid4()),
+            )
+            tr = await sim.run(str(uuid.uuid4()), request)
+        for rec in tr.frames:
+            print(rec.kind)
+        print("text:", tr.text())
+        print("end-stream:", tr.end_stream)
+        return 1 if tr.error else 0
+
+    return trio.run(main)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="byok", description="Run Cursor's agent on your own LLM account.")
+    sub = p.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="run the daemon")
+    serve.add_argument(
+        "--config", help="TOML config file (default: $BYOK_CONFIG or ~/.config/byok/config.toml)"
+    )
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--data-dir")
+    serve.set_defaults(func=cmd_serve)
+    sim = sub.add_parser("simulate", help="drive one agent turn against a running daemon, like Cursor would")
+    sim.add_argument("prompt")
+    sim.add_argument("--url", default="http://127.0.0.1:8790")
+    sim.add_argument("--model", required=True)
+    sim.add_argument("--conversation")
+    sim.set_defaults(func=cmd_simulate)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args))

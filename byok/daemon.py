@@ -1,0 +1,55 @@
+"""Start the daemon: store, prompt assets, HTTP clients, the ASGI app, hypercorn."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import httpx
+import trio
+
+from byok.config import Config
+from byok.cursor.prompting import default_prompt_root, load_prompt_assets
+from byok.http.app import App
+from byok.http.forwarder import Forwarder
+from byok.http.serve import serve_app
+from byok.run.runner import RunDeps
+from byok.store import AsyncStore
+
+log = logging.getLogger("byok")
+
+
+def provider_client() -> httpx.AsyncClient:
+    # Read timeout off: a model may think for minutes between chunks; cancel scopes bound the call.
+    return httpx.AsyncClient(timeout=httpx.Timeout(connect=15, read=None, write=60, pool=None))
+
+
+def upstream_client() -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        http2=False,
+        timeout=httpx.Timeout(connect=10, read=None, write=None, pool=None),
+        follow_redirects=False,
+    )
+
+
+async def run_daemon(
+    config: Config,
+    *,
+    task_status: trio.TaskStatus[tuple[str, Callable[[], None]]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve until cancelled. ``task_status.started`` gets (base_url, shutdown)."""
+    prompts = load_prompt_assets(default_prompt_root())
+    store = await AsyncStore.open(config.server.data_dir)
+    try:
+        async with provider_client() as http, upstream_client() as up, trio.open_nursery() as nursery:
+            deps = RunDeps(config=config, store=store, prompts=prompts, http=http)
+            forwarder = Forwarder(config.server.upstream, up, logging.getLogger("byok.forward"))
+            app = App(config=config, deps=deps, nursery=nursery, forward=forwarder)
+            base_url, shutdown = await serve_app(
+                app, host=config.server.host, port=config.server.port, nursery=nursery
+            )
+            log.info("byok listening on %s (data dir %s)", base_url, config.server.data_dir)
+            task_status.started((base_url, shutdown))
+    finally:
+        with trio.CancelScope(shield=True):
+            await store.aclose()

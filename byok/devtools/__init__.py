@@ -1,0 +1,1 @@
+"""Developer tools that ship with byok (the Cursor client simulator)."""

@@ -1,0 +1,283 @@
+"""Streaming reverse proxy to Cursor's real backend, for every route byok does not answer.
+
+Bytes pass through untouched in both directions: no decompression, no re-chunking beyond
+what the transports do, status codes (including 4xx/5xx) as upstream sent them. Only the
+hop-by-hop headers that describe one TCP connection are dropped.
+
+Limitation: the upstream leg is httpx over HTTP/1.1, and httpcore writes the whole request
+body before it reads the response. Each direction streams without buffering, but a request
+never sees response bytes while its own body is still being sent (no full-duplex).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from urllib.parse import quote
+
+import attrs
+import httpx
+import trio
+
+from byok.http.connect_envelope import ConnectError, unary_error_body
+from byok.http.serve import Receive, Scope, Send
+
+# RFC 9110 §7.6.1 connection-specific fields, plus Host (httpx derives it from the upstream
+# URL) and a few that only make sense between client and byok.
+_HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"te",
+        b"trailer",
+        b"trailers",
+        b"transfer-encoding",
+        b"upgrade",
+        b"host",
+        b"http2-settings",  # h2c upgrade parameter, consumed by our server
+    }
+)
+# hypercorn already answered any "Expect: 100-continue" towards the client.
+_REQUEST_ONLY_DROP = frozenset({b"expect"})
+# The ASGI server writes its own Date; Alt-Svc would advertise upstream's endpoints as ours.
+_RESPONSE_ONLY_DROP = frozenset({b"date", b"alt-svc"})
+
+
+def _connection_tokens(headers: list[tuple[bytes, bytes]]) -> set[bytes]:
+    """Header names listed in ``Connection:`` are hop-by-hop too (RFC 9110 §7.6.1)."""
+    tokens: set[bytes] = set()
+    for name, value in headers:
+        if name.lower() == b"connection":
+            tokens.update(t.strip().lower() for t in value.split(b",") if t.strip())
+    return tokens
+
+
+def filter_headers(
+    headers: list[tuple[bytes, bytes]], *, drop: frozenset[bytes] = frozenset()
+) -> list[tuple[bytes, bytes]]:
+    """End-to-end headers only, original order and case of values kept. Pure, for tests."""
+    listed = _connection_tokens(headers)
+    out = []
+    for name, value in headers:
+        lname = name.lower()
+        if (
+            lname in _HOP_BY_HOP
+            or lname in listed
+            or lname in drop
+            or lname.startswith(b"proxy-")
+            or lname.startswith(b":")
+        ):
+            continue
+        out.append((lname, value))
+    return out
+
+
+# Everything legal in a path or query, '%' included: quoting with this only escapes bytes
+# that are not valid there at all (controls, spaces, non-ASCII), never the client's escapes.
+_KEEP = "/%:@!$&'()*+,;=-._~?[]"
+
+
+def upstream_url(base: str, scope: Scope) -> str:
+    raw_path = scope.get("raw_path")
+    # raw_path keeps the client's exact percent-encoding; path is the decoded fallback.
+    path = quote(raw_path, safe=_KEEP) if raw_path else quote(scope["path"], safe=_KEEP.replace("%", ""))
+    query = scope.get("query_string", b"")
+    return base + path + (f"?{quote(query, safe=_KEEP)}" if query else "")
+
+
+class _ClientGone(Exception):
+    """The client disconnected while we were still reading its request body."""
+
+
+class _RequestBody:
+    """The ASGI request body as an async byte source; ``done`` is set once fully read."""
+
+    def __init__(self, receive: Receive) -> None:
+        self._receive = receive
+        self.done = trio.Event()
+
+    async def read(self) -> tuple[bytes, bool]:
+        message = await self._receive()
+        if message["type"] == "http.disconnect":
+            raise _ClientGone
+        more = bool(message.get("more_body", False))
+        if not more:
+            self.done.set()
+        return bytes(message.get("body", b"")), more
+
+    async def stream(self, first: bytes) -> AsyncIterator[bytes]:
+        if first:
+            yield first
+        more = True
+        while more:
+            chunk, more = await self.read()
+            if chunk:
+                yield chunk
+
+
+@attrs.define
+class _Outcome:
+    """What happened to one forward, filled in as it progresses, for the log line."""
+
+    status: int = 499  # nginx's "client closed request": nothing was ever sent
+    note: str = ""
+    upstream_fault: bool = False  # worth a warning; a client hanging up is routine
+
+
+async def _serve_lifespan(receive: Receive, send: Send) -> None:
+    # Lets a bare Forwarder be served directly (tests, `byok` with no local routes)
+    # without hypercorn logging a lifespan failure at startup.
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+class Forwarder:
+    """ASGI app that relays a request to ``upstream`` and streams the answer back.
+
+    The caller owns ``client`` and must create it as::
+
+        httpx.AsyncClient(
+            http2=False,
+            timeout=httpx.Timeout(connect=10, read=None, write=None, pool=None),
+            follow_redirects=False,
+        )
+
+    No read/write timeout because Connect server streams legitimately go quiet for long
+    stretches; redirects are passed to the client rather than followed. Requests are built
+    with ``httpx.Request`` directly, so the client's default headers (notably its
+    ``Accept-Encoding``, which would make upstream compress bodies the client never asked
+    to be compressed) and cookie jar are not applied.
+    """
+
+    def __init__(self, upstream: str, client: httpx.AsyncClient, log: logging.Logger) -> None:
+        self._base = upstream.rstrip("/")
+        self._client = client
+        self._log = log
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await _serve_lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            raise RuntimeError(f"Forwarder serves http scopes only, got {scope['type']!r}")
+        started = time.monotonic()
+        outcome = _Outcome()
+        try:
+            await self._forward(scope, receive, send, outcome)
+        finally:
+            elapsed_ms = (time.monotonic() - started) * 1000
+            level = logging.WARNING if outcome.upstream_fault else logging.INFO
+            self._log.log(
+                level,
+                "forward %s %s -> %d in %.0f ms%s",
+                scope["method"],
+                scope["path"],
+                outcome.status,
+                elapsed_ms,
+                f" ({outcome.note})" if outcome.note else "",
+            )
+
+    async def _forward(self, scope: Scope, receive: Receive, send: Send, outcome: _Outcome) -> None:
+        body = _RequestBody(receive)
+        try:
+            first, more = await body.read()
+        except _ClientGone:
+            outcome.note = "client disconnected"
+            return
+        # A body that arrived whole is sent with an exact Content-Length (httpx computes it);
+        # otherwise it streams, keeping the client's Content-Length if it declared one so
+        # upstream sees the same framing, else chunked.
+        headers = filter_headers(
+            scope["headers"],
+            drop=_REQUEST_ONLY_DROP if more else _REQUEST_ONLY_DROP | {b"content-length"},
+        )
+        request = httpx.Request(
+            scope["method"],
+            upstream_url(self._base, scope),
+            headers=headers,
+            content=body.stream(first) if more else first,
+        )
+        async with trio.open_nursery() as nursery:
+            # Once the body is read, the only thing receive() can still report is the
+            # client going away; that must stop an endless upstream stream too.
+            nursery.start_soon(_cancel_on_disconnect, body, receive, nursery.cancel_scope, outcome)
+            await self._exchange(request, send, outcome)
+            nursery.cancel_scope.cancel()
+
+    async def _exchange(self, request: httpx.Request, send: Send, outcome: _Outcome) -> None:
+        try:
+            response = await self._client.send(request, stream=True)
+        except _ClientGone:
+            outcome.note = "client disconnected"
+            return
+        except httpx.TransportError as exc:
+            await self._unreachable(send, exc, outcome)
+            return
+        try:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": response.status_code,
+                    # Content-Length stays: raw bytes pass unchanged, so it remains exact.
+                    "headers": filter_headers(response.headers.raw, drop=_RESPONSE_ONLY_DROP),
+                }
+            )
+            outcome.status = response.status_code
+            try:
+                async for chunk in response.aiter_raw():
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            except httpx.TransportError as exc:
+                # Returning without the final body message makes the server abort the
+                # connection, so the client sees a truncated stream, not a clean end.
+                outcome.note = f"upstream failed mid-body: {_describe(exc)}"
+                outcome.upstream_fault = True
+                return
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            with trio.CancelScope(shield=True):
+                await response.aclose()
+
+    async def _unreachable(self, send: Send, exc: httpx.TransportError, outcome: _Outcome) -> None:
+        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+            message = f"upstream unreachable: {_describe(exc)}"
+        else:
+            message = f"upstream failed before responding: {_describe(exc)}"
+        body = unary_error_body(ConnectError("unavailable", message))
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 502,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})
+        outcome.status = 502
+        outcome.note = message
+        outcome.upstream_fault = True
+
+
+def _describe(exc: BaseException) -> str:
+    # Some httpx errors (timeouts) have an empty message; the class name still says it all.
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+async def _cancel_on_disconnect(
+    body: _RequestBody, receive: Receive, scope: trio.CancelScope, outcome: _Outcome
+) -> None:
+    await body.done.wait()
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            outcome.note = "client disconnected"
+            scope.cancel()
+            return

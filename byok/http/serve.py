@@ -1,0 +1,102 @@
+"""Run an ASGI app with hypercorn inside a caller-owned trio nursery.
+
+The daemon and the integration tests start servers the same way, so tests exercise the
+production server settings (timeouts, logging, protocol switches) rather than a look-alike.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from functools import partial
+from typing import Any
+
+import hypercorn.trio
+import trio
+from hypercorn.config import Config as HypercornConfig
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+server_log = logging.getLogger("byok.http.server")
+
+_H2_REFUSED = b"HTTP/2 is disabled on this server\n"
+
+
+def _bind_address(host: str, port: int) -> str:
+    # hypercorn parses "host:port" with rsplit(":"); IPv6 literals need brackets.
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"
+    return f"{host}:{port}"
+
+
+def server_config(host: str, port: int) -> HypercornConfig:
+    config = HypercornConfig()
+    config.bind = [_bind_address(host, port)]
+    # Requests are logged by the app (the forwarder logs method/path/status/duration); the
+    # access log would only duplicate them. Server errors go through normal logging.
+    config.accesslog = None
+    config.errorlog = server_log
+    # Forwarded responses carry upstream's own Server header; don't add a second one.
+    config.include_server_header = False
+    # Agent streams stay open for minutes with long quiet gaps: no read timeout. Idle
+    # keep-alive connections are still reaped after keep_alive_timeout (5 s default).
+    config.read_timeout = None
+    # On shutdown, give in-flight streams a moment to finish their end-stream frame.
+    config.graceful_timeout = 5.0
+    return config
+
+
+def _http1_only(app: ASGIApp) -> ASGIApp:
+    """Refuse HTTP/2 requests with 505.
+
+    hypercorn always accepts cleartext HTTP/2 (prior knowledge and ``Upgrade: h2c``) and has
+    no switch to turn that off, so the refusal has to happen per request in the app.
+    """
+
+    async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope.get("http_version") == "2":
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 505,
+                    "headers": [
+                        (b"content-type", b"text/plain; charset=utf-8"),
+                        (b"content-length", str(len(_H2_REFUSED)).encode()),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": _H2_REFUSED})
+            return
+        await app(scope, receive, send)
+
+    return wrapped
+
+
+async def serve_app(
+    app: ASGIApp,
+    *,
+    host: str,
+    port: int,
+    nursery: trio.Nursery,
+    h2c: bool = True,
+) -> tuple[str, Callable[[], None]]:
+    """Start serving ``app`` on ``host:port`` (``port=0``: any free port) in ``nursery``.
+
+    Returns once the socket is listening, with the base URL actually bound (e.g.
+    ``http://127.0.0.1:54321``) and a function that starts a graceful shutdown: stop
+    accepting, let in-flight requests run for up to ``graceful_timeout``, then cancel them.
+    The server task then ends and the nursery can exit. Binding errors (port in use) raise
+    here. HTTP/1.1 is always served; ``h2c`` also allows cleartext HTTP/2, which Cursor
+    uses for bidirectional streams.
+    """
+    config = server_config(host, port)
+    shutdown = trio.Event()
+    served = app if h2c else _http1_only(app)
+    binds: list[str] = await nursery.start(
+        partial(hypercorn.trio.serve, served, config, shutdown_trigger=shutdown.wait, mode="asgi")
+    )
+    return binds[0], shutdown.set

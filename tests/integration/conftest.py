@@ -1,0 +1,66 @@
+"""Integration fixtures: the real daemon (hypercorn, SQLite in tmp), a fake provider, a Cursor simulator."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import attrs
+import httpx
+import pytest
+import trio
+
+from byok.config import load_config
+from byok.daemon import run_daemon
+from byok.devtools.cursor_sim import CursorSim
+from tests.support.fake_provider import FakeProvider
+
+
+@attrs.define
+class Daemon:
+    base_url: str
+    provider: FakeProvider
+    sim: CursorSim
+    client: httpx.AsyncClient
+    data_dir: Path
+    config_path: Path
+
+
+def write_config(path: Path, *, provider_url: str, data_dir: Path, extra: str = "") -> None:
+    path.write_text(
+        f"""
+[server]
+host = "127.0.0.1"
+port = 0
+data_dir = "{data_dir}"
+upstream = "http://127.0.0.1:9"
+kv_ack_timeout_s = 5.0
+
+[[providers]]
+id = "fake"
+kind = "openai_chat"
+base_url = "{provider_url}"
+api_key = "sk-test"
+
+[[models]]
+id = "byok-demo"
+provider = "fake"
+upstream_model = "gpt-test"
+context_tokens = 128000
+{extra}
+"""
+    )
+
+
+@pytest.fixture
+async def daemon(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Daemon]:
+    provider = FakeProvider()
+    provider_url = await provider.start(nursery)
+    data_dir = tmp_path / "data"
+    config_path = tmp_path / "byok.toml"
+    write_config(config_path, provider_url=provider_url, data_dir=data_dir)
+    config = load_config(config_path, overrides={})
+    base_url, shutdown = await nursery.start(run_daemon, config)
+    async with httpx.AsyncClient(timeout=30) as client:
+        yield Daemon(base_url, provider, CursorSim(base_url, client), client, data_dir, config_path)
+    shutdown()

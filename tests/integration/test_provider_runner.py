@@ -1,0 +1,194 @@
+"""stream_call against FakeProvider over real loopback HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+import trio
+
+from byok.model.events import (
+    Done,
+    ModelEvent,
+    ProviderError,
+    Started,
+    TextDelta,
+    ToolCallEnded,
+    UsageReported,
+)
+from byok.model.request import ModelRequest, ModelSettings, UserTurn
+from byok.model.usage import Usage
+from byok.providers.openai_chat import ChatStreamParser, build_request
+from byok.providers.runner import CallStats, Endpoint, stream_call
+from tests.support.fake_provider import (
+    FakeProvider,
+    Script,
+    chat_text_script,
+    chat_tool_script,
+    error_script,
+)
+
+BODY = build_request(ModelRequest("", (), (UserTurn("hi"),), ModelSettings("fake-model")))
+
+
+@pytest.fixture
+async def provider(nursery: trio.Nursery) -> AsyncIterator[tuple[FakeProvider, Endpoint]]:
+    fake = FakeProvider()
+    base = await fake.start(nursery)
+    yield fake, Endpoint(f"{base}/chat/completions", (("authorization", "Bearer sk-test"),))
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(timeout=httpx.Timeout(10.0)) as c:
+        yield c
+
+
+class Collector:
+    def __init__(self) -> None:
+        self.batches: list[list[ModelEvent]] = []
+
+    async def __call__(self, events: list[ModelEvent]) -> None:
+        self.batches.append(events)
+
+    @property
+    def events(self) -> list[ModelEvent]:
+        return [e for b in self.batches for e in b]
+
+
+async def call(client: httpx.AsyncClient, endpoint: Endpoint, sink: Collector | None = None) -> CallStats:
+    return await stream_call(client, endpoint, BODY, ChatStreamParser(), sink or Collector())
+
+
+async def test_text_stream_is_delivered_incrementally(provider, client) -> None:
+    fake, endpoint = provider
+    fake.enqueue(chat_text_script(["Hel", "lo"], usage=(12, 2), delay_s=0.01))
+    sink = Collector()
+    stats = await call(client, endpoint, sink)
+    assert sink.events == [
+        Started(),
+        TextDelta("Hel"),
+        TextDelta("lo"),
+        UsageReported(Usage(12, 2, 0)),
+        Done("stop"),
+    ]
+    assert len(sink.batches) >= 4  # one per streamed chunk, not one at the end
+    assert stats.status == 200 and stats.events == 5 and stats.bytes > 0
+    assert stats.ttfb_s is not None and stats.ttft_s is not None and stats.duration_s is not None
+    assert 0 <= stats.ttfb_s <= stats.ttft_s <= stats.duration_s
+    (req,) = fake.requests
+    assert (req.method, req.path, req.body) == ("POST", "/v1/chat/completions", BODY)
+    assert req.headers["authorization"] == "Bearer sk-test"
+    assert req.headers["content-type"] == "application/json"
+    assert req.headers["accept"] == "text/event-stream"
+    assert req.json["stream_options"] == {"include_usage": True}
+
+
+async def test_connection_is_reused_and_empty_queue_is_500(provider, client) -> None:
+    fake, endpoint = provider
+    fake.enqueue(chat_text_script(["a"]), chat_text_script(["b"]))
+    await call(client, endpoint)
+    await call(client, endpoint)
+    with pytest.raises(ProviderError, match="no script") as e:
+        await call(client, endpoint)
+    assert (e.value.status, e.value.retryable) == (500, True)
+
+
+async def test_tool_call_stream(provider, client) -> None:
+    fake, endpoint = provider
+    fake.enqueue(chat_tool_script([("call_1", "ls", '{"dir":"."}'), ("call_2", "cat", '{"f":"x"}')]))
+    sink = Collector()
+    await call(client, endpoint, sink)
+    ended = [e for e in sink.events if isinstance(e, ToolCallEnded)]
+    assert ended == [ToolCallEnded(0, '{"dir":"."}'), ToolCallEnded(1, '{"f":"x"}')]
+    assert sink.events[-1] == Done("tool_use")
+
+
+async def test_429_with_retry_after_is_retryable(provider, client) -> None:
+    fake, endpoint = provider
+    fake.enqueue(error_script(429, "Rate limit reached for requests", retry_after="3"))
+    stats = CallStats()
+    with pytest.raises(ProviderError, match="Rate limit reached") as e:
+        await stream_call(client, endpoint, BODY, ChatStreamParser(), Collector(), stats=stats)
+    assert (e.value.status, e.value.retryable, e.value.retry_after_s) == (429, True, 3.0)
+    assert stats.status == 429 and stats.duration_s is not None  # filled in place on failure
+
+
+async def test_json_body_on_200_is_an_error(provider, client) -> None:
+    fake, endpoint = provider
+    fake.enqueue(error_script(200, "quota exceeded"))
+    with pytest.raises(ProviderError, match=r"got JSON.*quota exceeded") as e:
+        await call(client, endpoint)
+    assert not e.value.retryable
+
+
+async def test_400_is_not_retryable(provider, client) -> None:
+    fake, endpoint = provider
+    fake.enqueue(error_script(400, "Invalid 'messages[1].content'"))
+    with pytest.raises(ProviderError, match="HTTP 400: Invalid 'messages") as e:
+        await call(client, endpoint)
+    assert (e.value.status, e.value.retryable) == (400, False)
+
+
+async def test_connection_closed_mid_stream(provider, client) -> None:
+    fake, endpoint = provider
+    fake.enqueue(chat_text_script(["a", "b", "c"], close_after=2))
+    sink = Collector()
+    with pytest.raises(ProviderError) as e:
+        await call(client, endpoint, sink)
+    assert e.value.retryable  # a transport failure; whether to retry after output is the caller's call
+    assert sink.events[:2] == [Started(), TextDelta("a")]
+
+
+async def test_stream_without_terminator_is_truncation(provider, client) -> None:
+    fake, endpoint = provider
+    script = chat_text_script(["a"])
+    fake.enqueue(Script(chunks=script.chunks[:2]))  # well-formed HTTP, cut SSE
+    with pytest.raises(ProviderError, match="before finish"):
+        await call(client, endpoint)
+
+
+async def test_connect_error_is_retryable(client) -> None:
+    listener = trio.socket.socket()
+    await listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    listener.close()  # nothing listens there now
+    with pytest.raises(ProviderError, match="ConnectError") as e:
+        await call(client, Endpoint(f"http://127.0.0.1:{port}/v1/chat/completions", ()))
+    assert e.value.retryable
+
+
+async def test_hang_before_headers_is_cancelled_by_the_callers_scope(provider, client) -> None:
+    # Real time, not MockClock: with autojump the clock would leap while the socket I/O is
+    # in flight, so the deadline could fire before the request even reached the server.
+    fake, endpoint = provider
+    fake.enqueue(Script(hang_before_headers=True))
+    start = trio.current_time()
+    with trio.move_on_after(0.3) as scope:
+        await call(client, endpoint)
+    assert scope.cancelled_caught
+    assert len(fake.requests) == 1  # it was waiting for headers, not still connecting
+    assert trio.current_time() - start < 5
+
+
+async def test_slow_body_is_cancelled_by_the_callers_scope(provider, client) -> None:
+    fake, endpoint = provider
+    fake.enqueue(chat_text_script(["a", "b"], delay_s=60))
+    sink = Collector()
+    with trio.move_on_after(0.3) as scope:
+        await call(client, endpoint, sink)
+    assert scope.cancelled_caught
+    assert sink.events == [Started()]  # the first chunk arrived; the rest never did
+
+
+async def test_hang_before_headers_under_autojump_clock(provider, autojump_clock) -> None:
+    # The same scope under MockClock(autojump_threshold=0): an hour-long deadline passes in no
+    # real time. Loopback I/O is normally ready before the clock jumps, but under heavy load
+    # the jump could come first, so only the cancellation itself is asserted here.
+    fake, endpoint = provider
+    fake.enqueue(Script(hang_before_headers=True))
+    async with httpx.AsyncClient(timeout=None) as client:  # httpx timeouts would jump too
+        with trio.move_on_after(3600) as scope:
+            await call(client, endpoint)
+    assert scope.cancelled_caught
