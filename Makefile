@@ -32,7 +32,7 @@ proto: $(STAMP)
 	rm -rf byok/pb && mkdir -p byok/pb
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m grpc_tools.protoc -I proto \
 		--python_betterproto2_out=byok/pb --python_betterproto2_opt=client_generation=none \
-		proto/agent_v1.proto proto/aiserver_v1.proto proto/agent_service.proto
+		proto/agent_v1.proto proto/aiserver_v1.proto proto/agent_service.proto proto/bidi_service.proto
 
 clean:
 	rm -rf $(VENV)

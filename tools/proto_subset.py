@@ -38,6 +38,11 @@ ROOTS = {
         "IsConnectedResponse",
     ],
 }
+# Fields seen in captured Cursor traffic that the reference schema predates (seeds 000 §21).
+EXTRA_FIELDS = {
+    "agent.v1.TurnEndedUpdate": ["optional int64 reasoning_tokens = 5;"],
+}
+
 GOOGLE_FILES = {
     "Struct": "google/protobuf/struct.proto",
     "Value": "google/protobuf/struct.proto",
@@ -51,11 +56,21 @@ FILES = {"agent.v1": "agent_v1.proto", "aiserver.v1": "aiserver_v1.proto"}
 
 F = descriptor_pb2.FieldDescriptorProto
 SCALARS = {
-    F.TYPE_DOUBLE: "double", F.TYPE_FLOAT: "float", F.TYPE_INT64: "int64",
-    F.TYPE_UINT64: "uint64", F.TYPE_INT32: "int32", F.TYPE_FIXED64: "fixed64",
-    F.TYPE_FIXED32: "fixed32", F.TYPE_BOOL: "bool", F.TYPE_STRING: "string",
-    F.TYPE_BYTES: "bytes", F.TYPE_UINT32: "uint32", F.TYPE_SFIXED32: "sfixed32",
-    F.TYPE_SFIXED64: "sfixed64", F.TYPE_SINT32: "sint32", F.TYPE_SINT64: "sint64",
+    F.TYPE_DOUBLE: "double",
+    F.TYPE_FLOAT: "float",
+    F.TYPE_INT64: "int64",
+    F.TYPE_UINT64: "uint64",
+    F.TYPE_INT32: "int32",
+    F.TYPE_FIXED64: "fixed64",
+    F.TYPE_FIXED32: "fixed32",
+    F.TYPE_BOOL: "bool",
+    F.TYPE_STRING: "string",
+    F.TYPE_BYTES: "bytes",
+    F.TYPE_UINT32: "uint32",
+    F.TYPE_SFIXED32: "sfixed32",
+    F.TYPE_SFIXED64: "sfixed64",
+    F.TYPE_SINT32: "sint32",
+    F.TYPE_SINT64: "sint64",
 }
 
 
@@ -127,12 +142,13 @@ def emit_enum(e, ind: str) -> list[str]:
     return lines
 
 
-def emit_msg(m, pkg: str, ind: str) -> list[str]:
+def emit_msg(m, pkg: str, ind: str, prefix: str = "") -> list[str]:
+    full = f"{prefix or pkg}.{m.name}"
     lines = [f"{ind}message {m.name} {{"]
     maps = {n.name: n for n in m.nested_type if n.options.map_entry}
     for n in m.nested_type:
         if not n.options.map_entry:
-            lines += emit_msg(n, pkg, ind + "  ")
+            lines += emit_msg(n, pkg, ind + "  ", full)
     for e in m.enum_type:
         lines += emit_enum(e, ind + "  ")
     real_oneofs: dict[int, list] = {}
@@ -155,9 +171,7 @@ def emit_msg(m, pkg: str, ind: str) -> list[str]:
         if fld.label == F.LABEL_REPEATED and entry_name in maps:
             entry = maps[entry_name]
             k, v = entry.field[0], entry.field[1]
-            lines.append(
-                f"{ind}  map<{type_ref(k, pkg)}, {type_ref(v, pkg)}> {fld.name} = {fld.number};"
-            )
+            lines.append(f"{ind}  map<{type_ref(k, pkg)}, {type_ref(v, pkg)}> {fld.name} = {fld.number};")
             continue
         label = ""
         if fld.label == F.LABEL_REPEATED:
@@ -165,6 +179,8 @@ def emit_msg(m, pkg: str, ind: str) -> list[str]:
         elif fld.proto3_optional:
             label = "optional "
         lines.append(f"{ind}  {label}{type_ref(fld, pkg)} {fld.name} = {fld.number};")
+    for extra in EXTRA_FIELDS.get(full, ()):
+        lines.append(f"{ind}  {extra}")
     lines.append(f"{ind}}}")
     return lines
 

@@ -35,6 +35,7 @@ def turn_ended(usage: Usage) -> bytes:
             output_tokens=usage.output_tokens,
             cache_read_tokens=usage.cache_read_tokens,
             cache_write_tokens=usage.cache_write_tokens,
+            reasoning_tokens=usage.reasoning_tokens,
         )
     )
 

@@ -141,7 +141,7 @@ class CursorSim:
                         msg = agent.AgentServerMessage.parse(frame.payload)
                         rec = Recorded(msg, frame_kind(msg), frozenset(acked))
                         tr.frames.append(rec)
-                        for reply in self._auto_reply(msg, acked):
+                        for reply in self.auto_reply(msg, acked):
                             await send(reply)
                         if on_frame is not None:
                             for extra in on_frame(rec, tr):
@@ -154,7 +154,7 @@ class CursorSim:
             await send(agent.AgentClientMessage(run_request=run_request))
         return tr
 
-    def _auto_reply(self, msg: agent.AgentServerMessage, acked: set[bytes]) -> list[agent.AgentClientMessage]:
+    def auto_reply(self, msg: agent.AgentServerMessage, acked: set[bytes]) -> list[agent.AgentClientMessage]:
         kv = msg.kv_server_message
         if kv is None:
             return []

@@ -123,6 +123,9 @@ class _Outcome:
     status: int = 499  # nginx's "client closed request": nothing was ever sent
     note: str = ""
     upstream_fault: bool = False  # worth a warning; a client hanging up is routine
+    # Set before the last body message: hypercorn reports http.disconnect as soon as a
+    # response is complete, which must not read as the client hanging up.
+    complete: bool = False
 
 
 async def _serve_lifespan(receive: Receive, send: Send) -> None:
@@ -238,6 +241,7 @@ class Forwarder:
                 outcome.note = f"upstream failed mid-body: {_describe(exc)}"
                 outcome.upstream_fault = True
                 return
+            outcome.complete = True
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             with trio.CancelScope(shield=True):
@@ -259,6 +263,7 @@ class Forwarder:
                 ],
             }
         )
+        outcome.complete = True
         await send({"type": "http.response.body", "body": body})
         outcome.status = 502
         outcome.note = message
@@ -278,6 +283,7 @@ async def _cancel_on_disconnect(
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            outcome.note = "client disconnected"
-            scope.cancel()
+            if not outcome.complete:
+                outcome.note = "client disconnected"
+                scope.cancel()
             return

@@ -92,6 +92,9 @@ async def serve_app(
     The server task then ends and the nursery can exit. Binding errors (port in use) raise
     here. HTTP/1.1 is always served; ``h2c`` also allows cleartext HTTP/2, which Cursor
     uses for bidirectional streams.
+
+    ``app`` must either implement the ASGI lifespan protocol or raise on a lifespan scope:
+    hypercorn fails to start if the lifespan call simply returns.
     """
     config = server_config(host, port)
     shutdown = trio.Event()

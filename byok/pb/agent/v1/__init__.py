@@ -11595,6 +11595,8 @@ class TurnEndedUpdate(betterproto2.Message):
 
     cache_write_tokens: "int | None" = betterproto2.field(4, betterproto2.TYPE_INT64, optional=True)
 
+    reasoning_tokens: "int | None" = betterproto2.field(5, betterproto2.TYPE_INT64, optional=True)
+
 
 default_message_pool.register_message("agent.v1", "TurnEndedUpdate", TurnEndedUpdate)
 
