@@ -253,6 +253,9 @@ class Forwarder:
         else:
             message = f"upstream failed before responding: {_describe(exc)}"
         body = unary_error_body(ConnectError("unavailable", message))
+        outcome.status = 502
+        outcome.note = message
+        outcome.upstream_fault = True
         await send(
             {
                 "type": "http.response.start",
@@ -265,9 +268,6 @@ class Forwarder:
         )
         outcome.complete = True
         await send({"type": "http.response.body", "body": body})
-        outcome.status = 502
-        outcome.note = message
-        outcome.upstream_fault = True
 
 
 def _describe(exc: BaseException) -> str:

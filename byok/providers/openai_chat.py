@@ -8,7 +8,6 @@ the finish chunk, and errors may arrive inside a 200 stream.
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
 
 import attrs
@@ -29,6 +28,9 @@ from byok.model.events import (
 from byok.model.messages import ReplayState, canonical_json
 from byok.model.request import AssistantTurn, ModelRequest, ToolResultTurn, UserTurn
 from byok.model.usage import Usage
+from byok.providers.http_errors import error_message as _error_message
+from byok.providers.http_errors import http_error as http_error  # re-exported for callers of this module
+from byok.providers.http_errors import retryable_status as _retryable_status
 from byok.providers.sse import SSEDecoder, SSEEvent
 
 PROVIDER_KIND = "openai_chat"
@@ -291,52 +293,3 @@ def _stream_error(obj: dict[str, Any]) -> ProviderError:
     return ProviderError(
         f"provider error in stream: {message}", status=status, retryable=_retryable_status(status)
     )
-
-
-# --- HTTP errors ---------------------------------------------------------------------------
-
-
-def http_error(status: int, body: bytes, retry_after: str | None) -> ProviderError:
-    """A non-2xx response as a ProviderError with the provider's own message."""
-    message: str | None = None
-    try:
-        obj = json.loads(body)
-    except ValueError:
-        obj = None
-    if isinstance(obj, list) and obj:
-        obj = obj[0]  # some gateways wrap the error in a list
-    if isinstance(obj, dict):
-        message = _error_message(obj)
-    if message is None:
-        message = body.decode("utf-8", "replace").strip()[:500] or "(empty body)"
-    return ProviderError(
-        f"HTTP {status}: {message}",
-        status=status,
-        retryable=_retryable_status(status),
-        retry_after_s=_retry_after_seconds(retry_after),
-    )
-
-
-def _error_message(obj: dict[str, Any]) -> str | None:
-    err = obj.get("error")
-    if isinstance(err, dict) and isinstance(err.get("message"), str):
-        return err["message"]
-    if isinstance(err, str):
-        return err
-    message = obj.get("message")
-    return message if isinstance(message, str) else None
-
-
-def _retryable_status(status: int | None) -> bool:
-    return status is not None and (status in (408, 425, 429) or 500 <= status <= 599)
-
-
-def _retry_after_seconds(value: str | None) -> float | None:
-    # Only delta-seconds: the HTTP-date form needs a clock, which a sans-IO parser has not.
-    if value is None:
-        return None
-    try:
-        seconds = float(value.strip())
-    except ValueError:
-        return None
-    return seconds if math.isfinite(seconds) and seconds >= 0 else None

@@ -21,7 +21,7 @@ from byok.model.events import (
     ToolCallArgsDelta,
     ToolCallStarted,
 )
-from byok.providers.openai_chat import http_error
+from byok.providers.http_errors import http_error
 
 _MAX_ERROR_BODY = 64 * 1024
 # Events that mean the model produced output (what time-to-first-token measures).

@@ -1,0 +1,1 @@
+"""Cursor tools: one registry, one path per tool (model name -> UI record -> one transport -> result)."""

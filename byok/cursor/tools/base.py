@@ -1,0 +1,195 @@
+"""The shape every Cursor tool has (sans-IO).
+
+A tool is a ``ToolDef``: how the model sees it (name), how Cursor draws it (the ``ToolCall``
+oneof field, an empty placeholder, the record with arguments), how its complete arguments
+are validated, and an ``Execution`` state machine that turns the validated call into
+client round-trips and, finally, one ``ToolOutcome``.
+
+An Execution never does I/O. It returns ``Action`` values; the run layer (run/tool_round.py)
+performs them: it assigns Exec ids, sends ExecServerMessages, routes the client's results
+back by id, forwards UI updates, and commits the outcome. One transport per tool: an
+Execution only ever sends the Exec variants of its own tool (Write/StrReplace: a hidden
+read, then a write).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import attrs
+
+from byok.pb.agent import v1 as agent
+
+
+class ToolArgError(Exception):
+    """The model's arguments are unusable. The message is returned to the model as a tool error."""
+
+
+@attrs.frozen
+class Invocation:
+    call_id: str
+    name: str
+    model_call_id: str
+    args: Mapping[str, Any]  # validated and normalised by ToolDef.parse
+
+
+@attrs.frozen
+class ToolOutcome:
+    """The terminal result of one call, in both views: the canonical string for the model and
+    the typed ToolCall (args + result) for Cursor's card."""
+
+    content: str
+    is_error: bool
+    ui: agent.ToolCall
+
+
+@attrs.frozen
+class SendExec:
+    """Send this Exec to the client. The run layer sets ``id`` (a per-run counter) and ``exec_id``."""
+
+    message: agent.ExecServerMessage
+
+
+@attrs.frozen
+class Update:
+    """An interaction update to show while the tool runs (tool_call_delta, shell_output_delta)."""
+
+    update: agent.InteractionUpdate
+
+
+@attrs.frozen
+class Finish:
+    outcome: ToolOutcome
+
+
+Action = SendExec | Update | Finish
+
+
+class Execution(Protocol):
+    def start(self) -> list[Action]:
+        """The first actions: usually one SendExec."""
+        ...
+
+    def on_result(self, msg: agent.ExecClientMessage) -> list[Action]:
+        """A client message for an Exec this execution sent (matched by id by the run layer)."""
+        ...
+
+    def on_stream_close(self) -> list[Action]:
+        """The client closed the Exec stream. After a terminal result this is a no-op ([])."""
+        ...
+
+    def on_throw(self, error: str) -> list[Action]:
+        """The client failed to run the Exec (ExecClientThrow)."""
+        ...
+
+
+class ArgsStream(Protocol):
+    """Incremental view of the arguments while the model is still writing them."""
+
+    def feed(self, delta: str) -> list[agent.ToolCallDelta]: ...
+
+
+@attrs.frozen
+class ToolDef:
+    name: str  # the model-visible name
+    ui_field: str  # the ToolCall oneof field that draws this tool's card
+    placeholder: Callable[[], Any]  # the empty typed record for partial_tool_call
+    parse: Callable[[Mapping[str, Any]], Mapping[str, Any]]  # raises ToolArgError
+    ui: Callable[[Mapping[str, Any]], Any]  # the typed record with arguments (no result yet)
+    execute: Callable[[Invocation], Execution]
+    args_stream: Callable[[], ArgsStream] | None = None
+
+    def tool_call(self, record: Any) -> agent.ToolCall:
+        return agent.ToolCall(**{self.ui_field: record})
+
+
+class OneShot:
+    """An Execution for tools whose single Exec answers with one terminal result."""
+
+    def __init__(
+        self,
+        exec_message: agent.ExecServerMessage,
+        on_result: Callable[[agent.ExecClientMessage], ToolOutcome],
+        on_failure: Callable[[str], ToolOutcome],
+    ) -> None:
+        self._exec = exec_message
+        self._map = on_result
+        self._fail = on_failure
+        self._done = False
+
+    def start(self) -> list[Action]:
+        return [SendExec(self._exec)]
+
+    def on_result(self, msg: agent.ExecClientMessage) -> list[Action]:
+        if self._done:
+            return []
+        self._done = True
+        return [Finish(self._map(msg))]
+
+    def on_stream_close(self) -> list[Action]:
+        if self._done:
+            return []
+        self._done = True
+        return [Finish(self._fail("the client closed the tool stream before sending a result"))]
+
+    def on_throw(self, error: str) -> list[Action]:
+        if self._done:
+            return []
+        self._done = True
+        return [Finish(self._fail(error or "the client failed to run the tool"))]
+
+
+# --- argument helpers shared by tool modules ---------------------------------------------------
+
+
+def require_str(args: Mapping[str, Any], key: str, *, allow_empty: bool = False) -> str:
+    if key not in args:
+        raise ToolArgError(f"missing required argument '{key}'")
+    value = args[key]
+    if not isinstance(value, str):
+        raise ToolArgError(f"argument '{key}' must be a string, got {type(value).__name__}")
+    if not allow_empty and not value:
+        raise ToolArgError(f"argument '{key}' must not be empty")
+    return value
+
+
+def optional_str(args: Mapping[str, Any], key: str) -> str | None:
+    value = args.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ToolArgError(f"argument '{key}' must be a string, got {type(value).__name__}")
+    return value
+
+
+def optional_int(args: Mapping[str, Any], key: str, *, minimum: int | None = None) -> int | None:
+    value = args.get(key)
+    if value is None:
+        return None
+    # A float with no fractional part is what some models send for integers.
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ToolArgError(f"argument '{key}' must be an integer, got {type(value).__name__}")
+    if minimum is not None and value < minimum:
+        raise ToolArgError(f"argument '{key}' must be >= {minimum}, got {value}")
+    return value
+
+
+def optional_bool(args: Mapping[str, Any], key: str) -> bool | None:
+    value = args.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, bool):
+        raise ToolArgError(f"argument '{key}' must be a boolean, got {type(value).__name__}")
+    return value
+
+
+def string_list(args: Mapping[str, Any], key: str) -> list[str]:
+    value = args.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ToolArgError(f"argument '{key}' must be a list of strings")
+    return list(value)

@@ -1,0 +1,63 @@
+"""Provider failures reported over HTTP, shared by every adapter.
+
+Most OpenAI-compatible gateways and Anthropic put ``{"error": {"message": ...}}`` in an error
+body; some use a bare string or a top-level ``message``. Only the message is kept: the rest of
+an error body is the provider's business, and it may be large.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from byok.model.events import ProviderError
+
+# 408 Request Timeout, 425 Too Early and 429 Too Many Requests are the 4xx a retry may fix.
+RETRYABLE_4XX = frozenset({408, 425, 429})
+
+
+def http_error(status: int, body: bytes, retry_after: str | None) -> ProviderError:
+    """A non-2xx response as a ProviderError with the provider's own message."""
+    message: str | None = None
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        obj = None
+    if isinstance(obj, list) and obj:
+        obj = obj[0]  # some gateways wrap the error in a list
+    if isinstance(obj, dict):
+        message = error_message(obj)
+    if message is None:
+        message = body.decode("utf-8", "replace").strip()[:500] or "(empty body)"
+    return ProviderError(
+        f"HTTP {status}: {message}",
+        status=status,
+        retryable=retryable_status(status),
+        retry_after_s=retry_after_seconds(retry_after),
+    )
+
+
+def error_message(obj: dict[str, Any]) -> str | None:
+    err = obj.get("error")
+    if isinstance(err, dict) and isinstance(err.get("message"), str):
+        return err["message"]
+    if isinstance(err, str):
+        return err
+    message = obj.get("message")
+    return message if isinstance(message, str) else None
+
+
+def retryable_status(status: int | None) -> bool:
+    return status is not None and (status in RETRYABLE_4XX or 500 <= status <= 599)
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    # Only delta-seconds: the HTTP-date form needs a clock, which a sans-IO parser has not.
+    if value is None:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
