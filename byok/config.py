@@ -55,6 +55,9 @@ class ServerConfig:
     heartbeat_s: float = DEFAULT_HEARTBEAT_S
     kv_ack_timeout_s: float = DEFAULT_KV_ACK_TIMEOUT_S
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    # Provider retries (408/425/429/5xx, connection errors, before any output reached Cursor).
+    provider_max_tries: int = 4
+    provider_retry_base_s: float = 0.5
 
 
 @attrs.frozen
@@ -219,7 +222,17 @@ def _check_port(table: _Table, key: str, port: int | None) -> int | None:
 
 # --- sections -------------------------------------------------------------------------
 
-_SERVER_KEYS = ("host", "port", "data_dir", "upstream", "heartbeat_s", "kv_ack_timeout_s", "max_body_bytes")
+_SERVER_KEYS = (
+    "host",
+    "port",
+    "data_dir",
+    "upstream",
+    "heartbeat_s",
+    "kv_ack_timeout_s",
+    "max_body_bytes",
+    "provider_max_tries",
+    "provider_retry_base_s",
+)
 _PROVIDER_KEYS = ("id", "kind", "base_url", "api_key_env", "api_key")
 _MODEL_KEYS = (
     "id",
@@ -256,6 +269,8 @@ def _server(t: _Table, overrides: Mapping[str, object]) -> ServerConfig:
         heartbeat_s=_pick(t.number("heartbeat_s"), DEFAULT_HEARTBEAT_S),
         kv_ack_timeout_s=_pick(t.number("kv_ack_timeout_s"), DEFAULT_KV_ACK_TIMEOUT_S),
         max_body_bytes=_pick(t.integer("max_body_bytes"), DEFAULT_MAX_BODY_BYTES),
+        provider_max_tries=_pick(t.integer("provider_max_tries"), 4),
+        provider_retry_base_s=_pick(t.number("provider_retry_base_s"), 0.5),
     )
 
 

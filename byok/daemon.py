@@ -10,10 +10,12 @@ import trio
 
 from byok.config import Config
 from byok.cursor.prompting import default_prompt_root, load_prompt_assets
+from byok.cursor.tools.catalog import load_tool_catalog, mode_tools
+from byok.cursor.tools.registry import build_registry
 from byok.http.app import App
 from byok.http.forwarder import Forwarder
 from byok.http.serve import serve_app
-from byok.run.runner import RunDeps
+from byok.run.runner import RunDeps, ToolSetup
 from byok.store import AsyncStore
 
 log = logging.getLogger("byok")
@@ -38,11 +40,17 @@ async def run_daemon(
     task_status: trio.TaskStatus[tuple[str, Callable[[], None]]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until cancelled. ``task_status.started`` gets (base_url, shutdown)."""
-    prompts = load_prompt_assets(default_prompt_root())
+    root = default_prompt_root()
+    prompts = load_prompt_assets(root)
+    catalog = load_tool_catalog(root)
+    tools = ToolSetup(
+        registry=build_registry(),
+        specs_by_mode={mode: mode_tools(root, mode, catalog) for mode in prompts},
+    )
     store = await AsyncStore.open(config.server.data_dir)
     try:
         async with provider_client() as http, upstream_client() as up, trio.open_nursery() as nursery:
-            deps = RunDeps(config=config, store=store, prompts=prompts, http=http)
+            deps = RunDeps(config=config, store=store, prompts=prompts, tools=tools, http=http)
             forwarder = Forwarder(config.server.upstream, up, logging.getLogger("byok.forward"))
             app = App(config=config, deps=deps, nursery=nursery, forward=forwarder)
             base_url, shutdown = await serve_app(

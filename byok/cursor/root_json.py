@@ -59,7 +59,17 @@ def encode_root(message: Message) -> bytes:
 
 def decode_root(data: bytes) -> Message:
     """Decode a root JSON message. Roots written by other servers (no providerOptions.byok)
-    decode with defaults: origin follows role, no replay state."""
+    decode with defaults: origin follows role, no replay state. Any malformed shape is a
+    RootJsonError: the caller (conversation import) must fail closed, not crash."""
+    try:
+        return _decode_root(data)
+    except RootJsonError:
+        raise
+    except (AttributeError, KeyError, TypeError, ValueError, IndexError) as e:
+        raise RootJsonError(f"root prompt message is malformed: {type(e).__name__}: {e}") from None
+
+
+def _decode_root(data: bytes) -> Message:
     try:
         obj = json.loads(data)
         role = obj["role"]

@@ -20,7 +20,7 @@ from byok.loop.emits import (
     ToolCallOpened,
 )
 from byok.model import events as ev
-from byok.model.messages import Message, ReplayState, ToolCall
+from byok.model.messages import Message, ReplayState, ToolCall, join_surrogates
 from byok.model.usage import Usage
 
 
@@ -120,14 +120,15 @@ class ModelCall:
         if self._done is None or self._usage is None:
             raise ModelProtocolError("provider call has not finished")
         calls = tuple(
-            ToolCall(c.call_id, c.name, c.complete or "", index) for index, c in sorted(self._calls.items())
+            ToolCall(c.call_id, c.name, join_surrogates(c.complete or ""), index)
+            for index, c in sorted(self._calls.items())
         )
         replay: ReplayState | None = self._done.replay
         message = Message(
             role="assistant",
             origin="assistant",
-            text="".join(self._text),
-            thinking="".join(self._thinking),
+            text=join_surrogates("".join(self._text)),
+            thinking=join_surrogates("".join(self._thinking)),
             replay=replay,
             tool_calls=calls,
             model_call_id=self.model_call_id,

@@ -109,5 +109,13 @@ class Message:
         )
 
 
+def join_surrogates(text: str) -> str:
+    """Pair UTF-16 surrogates that arrived in separate JSON deltas ("\\ud83d" then "\\ude00");
+    a lone one left over becomes U+FFFD so the text always encodes as UTF-8."""
+    if not any("\ud800" <= ch <= "\udfff" for ch in text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
 def canonical_json(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()

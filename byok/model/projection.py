@@ -1,9 +1,9 @@
 """Canonical messages -> provider-neutral history.
 
-A tool round is stored as one assistant message per completed call (in completion order,
-each followed by its result). Projection folds the round back into one assistant turn with
-the calls in their original index order, followed by the results in completion order.
-Calls of a round without a result are never projected.
+A tool round is stored as one assistant message carrying all its calls (tool_round_id set),
+followed by one tool message per result in completion order. Projection emits one assistant
+turn with the calls in their original index order, followed by the results in completion order.
+A round with a call that has no result (its run was cancelled) is not projected at all.
 """
 
 from __future__ import annotations
@@ -31,11 +31,13 @@ def project(messages: Iterable[Message]) -> tuple[HistoryItem, ...]:
                 (assistants if msgs[i].role == "assistant" else results).append(msgs[i])
                 i += 1
             answered = {r.tool_call_id for r in results}
-            calls = sorted(
-                (c for a in assistants for c in a.tool_calls if c.call_id in answered),
-                key=lambda c: c.index,
-            )
+            calls = [c for a in assistants for c in a.tool_calls]
+            if not assistants or any(c.call_id not in answered for c in calls):
+                # An unfinished round (its run was cancelled): neither its calls nor its results
+                # reach a provider, so no dangling call and no orphan result.
+                continue
             head = assistants[0]
+            calls.sort(key=lambda c: c.index)
             out.append(AssistantTurn(head.text, head.thinking, head.replay, tuple(calls)))
             for r in sorted(results, key=lambda r: r.completion_seq):
                 out.append(ToolResultTurn(r.tool_call_id, r.tool_name, r.text, r.is_error))

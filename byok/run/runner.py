@@ -1,19 +1,23 @@
-"""One agent Run: compile, call the provider, commit, publish checkpoints, end the stream.
+"""One agent Run: compile, loop provider calls and tool rounds, publish checkpoints, end the stream.
 
-This is the only place a turn touches I/O. Everything it decides comes from the sans-IO
-layers: cursor/ (request, prompting, checkpoint graph, encoding), loop/ (model call
+This is the only place a turn touches I/O. What it decides comes from the sans-IO layers:
+cursor/ (request, prompting, checkpoint graph, encoding, tools), loop/ (model call
 assembly), model/ (projection) and providers/ (request bytes, stream parsing).
+
+Frame orders (seeds 000 §19, §21, §22.3):
+  tool round: assistant committed -> staged checkpoint (pending = the assistant) -> Execs ->
+              each result committed -> all settled -> settled checkpoint -> next provider call
+  turn end:   final assistant committed -> blobs ACKed -> turn_ended -> staged -> settled ->
+              settled again -> EndStream {}
 """
 
 from __future__ import annotations
 
 import datetime
-import hashlib
-import json
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import attrs
 import betterproto2
@@ -21,7 +25,7 @@ import httpx
 import trio
 
 from byok.config import Config, ModelConfig, ProviderConfig
-from byok.cursor import encode
+from byok.cursor import encode, tool_frames
 from byok.cursor.checkpoint import (
     Blob,
     TurnRecord,
@@ -33,23 +37,30 @@ from byok.cursor.checkpoint import (
 from byok.cursor.prompting import ModeAssets, build_runtime_message, mode_name, request_context_sections
 from byok.cursor.request import RunStart
 from byok.cursor.token_breakdown import BreakdownInput, breakdown, to_proto
-from byok.http.connect_envelope import ConnectError, end_stream_error, end_stream_ok, provider_error_details
-from byok.loop.model_call import ModelCall, ModelCallResult, ModelProtocolError
-from byok.model import events as ev
-from byok.model.messages import Message, canonical_json
+from byok.cursor.tools.base import ToolDef
+from byok.http.connect_envelope import ConnectError, end_stream_error, end_stream_ok
+from byok.loop.model_call import ModelCallResult
+from byok.model.messages import Message
 from byok.model.projection import project
-from byok.model.request import ModelRequest, ModelSettings
+from byok.model.request import ModelRequest, ModelSettings, ToolSpec
 from byok.model.usage import Usage
 from byok.pb.agent import v1 as agent
-from byok.providers import openai_chat
-from byok.providers.runner import CallStats, Endpoint, stream_call
+from byok.providers.adapters import adapter_for
 from byok.run.conversation import ConversationMemory, ConversationSupervisor
 from byok.run.kv import KvFailure, KvLink
+from byok.run.provider_call import CallContext, ProviderCallFailed, call_model
 from byok.run.slot import RunSlot
-from byok.store import AsyncStore, LlmCallRecord, StaleRevision
+from byok.run.tool_round import ExecRouter, ToolRound
+from byok.store import AsyncStore, StaleRevision
 from byok.store.records import Head
 
 log = logging.getLogger("byok.run")
+
+
+@attrs.frozen
+class ToolSetup:
+    registry: Mapping[str, ToolDef]
+    specs_by_mode: Mapping[str, tuple[ToolSpec, ...]]
 
 
 @attrs.frozen
@@ -57,6 +68,7 @@ class RunDeps:
     config: Config
     store: AsyncStore
     prompts: dict[str, ModeAssets]
+    tools: ToolSetup
     http: httpx.AsyncClient
     wall_ms: Callable[[], int] = attrs.field(default=lambda: int(time.time() * 1000))
 
@@ -76,9 +88,9 @@ class Run:
         self.slot = slot
         self.start = start
         self.deps = deps
-        self.sup = sup
         self.memory: ConversationMemory = sup.memory
         self.kv = KvLink(slot.send, self.memory.acked)
+        self.router = ExecRouter(slot.send, start.request_id)
         self.usage: Usage | None = None
         model = deps.config.model(start.model_id)
         assert model is not None, "caller checks the model before starting a run"
@@ -86,7 +98,10 @@ class Run:
         provider = deps.config.provider(model.provider)
         assert provider is not None, "config validation guarantees the provider"
         self.provider: ProviderConfig = provider
-        self.assets = deps.prompts[mode_name(start.mode)]
+        self.mode = mode_name(start.mode)
+        self.assets = deps.prompts[self.mode]
+        self.tool_specs = deps.tools.specs_by_mode.get(self.mode, ())
+        self.head: Head | None = None
 
     # --- lifecycle ------------------------------------------------------------------
     async def run(self, scope: trio.CancelScope) -> None:
@@ -106,10 +121,12 @@ class Run:
                     error = ConnectError("internal", f"internal error: {type(e).__name__}: {e}")
                 nursery.cancel_scope.cancel()
         if scope.cancelled_caught:
+            self.router.abort_all()
             self.slot.close(end_stream_error(ConnectError("canceled", "run was cancelled")))
             await self._finish("canceled")
         elif error is not None:
             log.error("run %s ended with %s", st.request_id, error)
+            self.router.abort_all()
             self.slot.close(end_stream_error(error))
             await self._finish("error", error)
         else:
@@ -127,24 +144,29 @@ class Run:
             )
 
     async def _pump_inbox(self, run_scope: trio.CancelScope) -> None:
+        rid = self.start.request_id
         async for msg in self.slot.inbox:
             name, value = betterproto2.which_one_of(msg, "message")
             if name == "client_heartbeat":
                 self.slot.send(encode.heartbeat())
             elif name == "kv_client_message":
                 if not self.kv.on_client(value):
-                    log.info("run %s: ignoring late/unknown kv answer id=%s", self.start.request_id, value.id)
+                    log.info("run %s: ignoring late/unknown kv answer id=%s", rid, value.id)
+            elif name == "exec_client_message":
+                self.router.on_exec_message(value)
+            elif name == "exec_client_control_message":
+                self.router.on_control(value)
             elif name == "conversation_action" and value.cancel_action is not None:
-                log.info("run %s: cancelled by client", self.start.request_id)
+                log.info("run %s: cancelled by client", rid)
                 run_scope.cancel()
             else:
-                log.warning("run %s: ignoring client message %s", self.start.request_id, name)
+                log.warning("run %s: ignoring client message %s", rid, name)
 
-    # --- one turn ------------------------------------------------------------------
+    # --- the turn ----------------------------------------------------------------------
     async def _turn(self) -> None:
         st = self.start
         store = self.deps.store
-        head = await store.head(st.conversation_id)
+        self.head = await store.head(st.conversation_id)
         event_id = f"run-request:{st.request_id}"
         if await store.runtime_event_message(st.conversation_id, event_id) is None:
             assert st.user_message is not None
@@ -156,34 +178,58 @@ class Run:
                 now_iso=iso_utc(self.deps.wall_ms()),
                 time_zone=None,
             )
-            head = await self._append(head, [runtime], event_id=event_id, input_id=st.user_message.message_id)
-
-        result = await self._call_model(head)
-        self.usage = result.usage if self.usage is None else self.usage + result.usage
-        head = await self._append(head, [result.message])
+            await self._append([runtime], event_id=event_id, input_id=st.user_message.message_id)
 
         turn = TurnRecord(st.request_id, bytes(st.user_message or agent.UserMessage()))
-        if result.message.thinking:
-            turn = turn.with_step(thinking_step(result.message.thinking, result.thinking_duration_ms))
-        if result.message.text:
-            turn = turn.with_step(assistant_step(result.message.text))
+        while True:
+            result = await self._call_model()
+            self.usage = result.usage if self.usage is None else self.usage + result.usage
+            if result.message.thinking:
+                turn = turn.with_step(thinking_step(result.message.thinking, result.thinking_duration_ms))
+            if result.message.text:
+                turn = turn.with_step(assistant_step(result.message.text))
+            if result.reason == "stop":
+                await self._append([result.message])
+                await self._publish_final(turn, result)
+                return
+            turn = await self._tool_round(turn, result)
+
+    async def _tool_round(self, turn: TurnRecord, result: ModelCallResult) -> TurnRecord:
+        assistant = attrs.evolve(result.message, tool_round_id=str(uuid.uuid4()))
+        await self._append([assistant])
+        head = self._current_head()
         details = self._token_details(result.usage)
-        common = {
-            "system_prompt": self.assets.system,
-            "prior_turns": self.memory.turns,
-            "turn": turn,
-            "token_details": details,
-            "mode": st.mode,
-            "root_of": self._root_of,
-        }
-        staged = build_checkpoint(stable=head.messages[:-1], pending=[result.message], **common)
-        settled = build_checkpoint(stable=head.messages, **common)
-        try:
-            await self.kv.put(
-                [*staged.blobs, *settled.blobs], timeout_s=self.deps.config.server.kv_ack_timeout_s
-            )
-        except KvFailure as e:
-            raise RunFailed(ConnectError("internal", f"checkpoint not published: {e}")) from None
+        staged = self._checkpoint(head.messages[:-1], [assistant], turn, details)
+        await self._put_blobs(staged.blobs)
+        self.slot.send(encode.checkpoint(staged.state))
+
+        async def commit(message: Message) -> None:
+            await self._append([message])
+
+        completions = await ToolRound(
+            router=self.router,
+            registry=self.deps.tools.registry,
+            send=self.slot.send,
+            commit=commit,
+            round_id=assistant.tool_round_id,
+            model_call_id=assistant.model_call_id,
+        ).run(assistant.tool_calls)
+        by_call = {c.call.call_id: c for c in completions}
+        for call in assistant.tool_calls:  # the turn's steps keep the model's call order
+            done = by_call[call.call_id]
+            if call.name in self.deps.tools.registry:
+                turn = turn.with_step(tool_frames.tool_step(done.outcome.ui))
+        settled = self._checkpoint(self._current_head().messages, [], turn, details)
+        await self._put_blobs(settled.blobs)
+        self.slot.send(encode.checkpoint(settled.state))
+        return turn
+
+    async def _publish_final(self, turn: TurnRecord, result: ModelCallResult) -> None:
+        head = self._current_head()
+        details = self._token_details(result.usage)
+        staged = self._checkpoint(head.messages[:-1], [result.message], turn, details)
+        settled = self._checkpoint(head.messages, [], turn, details)
+        await self._put_blobs([*staged.blobs, *settled.blobs])
         assert self.usage is not None
         self.slot.send(encode.turn_ended(self.usage))
         self.slot.send(encode.checkpoint(staged.state))
@@ -192,6 +238,35 @@ class Run:
         assert settled.turn_id is not None
         self.memory.turns = (*self.memory.turns, settled.turn_id)
         self.slot.close(end_stream_ok())
+
+    # --- pieces -------------------------------------------------------------------------
+    def _current_head(self) -> Head:
+        assert self.head is not None
+        return self.head
+
+    def _checkpoint(
+        self,
+        stable: tuple[Message, ...],
+        pending: list[Message],
+        turn: TurnRecord,
+        details: agent.ConversationTokenDetails,
+    ):  # type: ignore[no-untyped-def]
+        return build_checkpoint(
+            system_prompt=self.assets.system,
+            stable=stable,
+            pending=pending,
+            prior_turns=self.memory.turns,
+            turn=turn,
+            token_details=details,
+            mode=self.start.mode,
+            root_of=self._root_of,
+        )
+
+    async def _put_blobs(self, blobs: list[Blob] | tuple[Blob, ...]) -> None:
+        try:
+            await self.kv.put(blobs, timeout_s=self.deps.config.server.kv_ack_timeout_s)
+        except KvFailure as e:
+            raise RunFailed(ConnectError("internal", f"checkpoint not published: {e}")) from None
 
     def _root_of(self, message: Message) -> Blob:
         key = message.id
@@ -203,10 +278,11 @@ class Run:
     def _token_details(self, last: Usage) -> agent.ConversationTokenDetails:
         used = last.input_tokens + last.output_tokens
         sections = request_context_sections(self.start.request_context)
+        tools_json = "[" + ",".join(s.parameters_json for s in self.tool_specs) + "]"
         parts = breakdown(
             BreakdownInput(
                 system_prompt=self.assets.system,
-                tools_json="",
+                tools_json=tools_json if self.tool_specs else "",
                 rules=sections.rules,
                 skills=sections.agent_skills,
                 mcp=sections.mcp_instructions,
@@ -217,105 +293,43 @@ class Run:
         )
         return to_proto(parts, used, self.model.context_tokens)
 
-    async def _append(self, head: Head, messages: list[Message], **kw: str) -> Head:
+    async def _append(self, messages: list[Message], **kw: str) -> None:
+        head = self._current_head()
         try:
-            return await self.deps.store.append(
+            self.head = await self.deps.store.append(
                 self.start.conversation_id, head.version, messages, self.deps.wall_ms(), **kw
             )
         except StaleRevision as e:
             # The supervisor serializes runs, so only an outside writer can move the head.
             raise RunFailed(ConnectError("aborted", f"conversation changed under this run: {e}")) from None
 
-    # --- the provider call -----------------------------------------------------------
-    async def _call_model(self, head: Head) -> ModelCallResult:
+    async def _call_model(self) -> ModelCallResult:
         request = ModelRequest(
             system=self.assets.system,
-            tools=(),
-            history=project(head.messages),
+            tools=self.tool_specs,
+            history=project(self._current_head().messages),
             settings=ModelSettings(
                 upstream_model=self.model.upstream_model,
                 max_output_tokens=self.model.max_output_tokens,
                 replay_reasoning_on_tool_turns=self.model.replay_reasoning,
             ),
         )
-        body = openai_chat.build_request(request)
-        headers = [("content-type", "application/json")]
-        key = self.provider.api_key()
-        if key:
-            headers.append(("authorization", f"Bearer {key}"))
-        endpoint = Endpoint(
-            url=self.provider.base_url.rstrip("/") + "/chat/completions", headers=tuple(headers)
+        ctx = CallContext(
+            request_id=self.start.request_id,
+            conversation_id=self.start.conversation_id,
+            provider_id=self.provider.id,
+            adapter=adapter_for(self.provider.kind),
+            base_url=self.provider.base_url,
+            api_key=self.provider.api_key(),
+            http=self.deps.http,
+            store=self.deps.store,
+            registry=self.deps.tools.registry,
+            send=self.slot.send,
+            wall_ms=self.deps.wall_ms,
+            max_tries=self.deps.config.server.provider_max_tries,
+            retry_base_s=self.deps.config.server.provider_retry_base_s,
         )
-        call = ModelCall(model_call_id=str(uuid.uuid4()))
-        started_ms = self.deps.wall_ms()
-        stats = CallStats()
-
-        async def on_events(events: list[ev.ModelEvent]) -> None:
-            now = trio.current_time()
-            for event in events:
-                for emit in call.handle(event, now):
-                    self.slot.send(encode.encode_emit(emit))
-
-        status = "ok"
-        failure: ConnectError | None = None
         try:
-            await stream_call(
-                self.deps.http, endpoint, body, openai_chat.ChatStreamParser(), on_events, stats=stats
-            )
-            result = call.result()
-        except ev.ProviderError as e:
-            status, failure = (
-                "error",
-                ConnectError("unavailable", e.message, provider_error_details(e.message)),
-            )
-        except ModelProtocolError as e:
-            msg = f"provider stream broke protocol: {e}"
-            status, failure = "error", ConnectError("unavailable", msg, provider_error_details(msg))
-        except trio.Cancelled:
-            status = "canceled"
-            raise
-        finally:
-            with trio.CancelScope(shield=True):
-                await self._record_call(request, body, started_ms, stats, status, failure, call)
-        if failure is not None:
-            raise RunFailed(failure)
-        return result
-
-    async def _record_call(
-        self,
-        request: ModelRequest,
-        body: bytes,
-        started_ms: int,
-        stats: CallStats,
-        status: str,
-        failure: ConnectError | None,
-        call: ModelCall,
-    ) -> None:
-        usage = call.result().usage if status == "ok" else None
-
-        def ms(s: float | None) -> int | None:
-            return None if s is None else round(s * 1000)
-
-        messages = json.loads(body).get("messages", [])
-        messages_hash = hashlib.sha256(canonical_json(messages)).hexdigest()
-        await self.deps.store.record_llm_call(
-            LlmCallRecord(
-                request_id=self.start.request_id,
-                conversation_id=self.start.conversation_id,
-                provider_id=self.provider.id,
-                model=self.model.upstream_model,
-                request_body=body,
-                request_sha256=hashlib.sha256(body).hexdigest(),
-                messages_sha256=messages_hash,
-                status=status,
-                started_at_ms=started_ms,
-                duration_ms=ms(stats.duration_s),
-                error=failure.message if failure else None,
-                http_status=stats.status,
-                ttfb_ms=ms(stats.ttfb_s),
-                ttft_ms=ms(stats.ttft_s),
-                event_count=stats.events,
-                byte_count=stats.bytes,
-                usage=usage,
-            )
-        )
+            return await call_model(ctx, request)
+        except ProviderCallFailed as e:
+            raise RunFailed(e.error) from None

@@ -35,6 +35,7 @@ port = 0
 data_dir = "{data_dir}"
 upstream = "http://127.0.0.1:9"
 kv_ack_timeout_s = 5.0
+provider_retry_base_s = 0.01
 
 [[providers]]
 id = "fake"

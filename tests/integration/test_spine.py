@@ -174,8 +174,11 @@ async def test_second_turn_extends_the_provider_request_byte_for_byte(daemon: Da
 
 @pytest.mark.parametrize("status", [400, 500])
 async def test_provider_failure_ends_stream_with_error(daemon: Daemon, status: int) -> None:
-    daemon.provider.enqueue(error_script(status, "model exploded"))
+    # 5xx is retried (4 tries in all) before the failure reaches Cursor; 4xx is not.
+    daemon.provider.enqueue(*[error_script(status, "model exploded")] * (4 if status >= 500 else 1))
     tr = await daemon.sim.run("req-f", turn("hi"))
+    assert len(daemon.provider.requests) == (4 if status >= 500 else 1)
+    assert len({r.body for r in daemon.provider.requests}) == 1
     assert tr.error is not None and tr.error["code"] == "unavailable"
     assert "model exploded" in tr.error["message"]
     (detail,) = tr.error["details"]

@@ -229,3 +229,183 @@ def chat_tool_script(
                 )
     _finish(chunks, finish, usage, done)
     return Script(chunks=chunks, delay_s=delay_s)
+
+
+# --- OpenAI Responses and Anthropic scripts ------------------------------------------------
+
+
+def named_sse(obj: dict[str, Any]) -> bytes:
+    """One SSE event with an ``event:`` line equal to its JSON type, as Responses and
+    Anthropic send them."""
+    return f"event: {obj['type']}\ndata: {json.dumps(obj, separators=(',', ':'))}\n\n".encode()
+
+
+def invalid_json_script() -> Script:
+    """A 200 event stream whose second event is not JSON."""
+    return Script(chunks=[named_sse({"type": "response.created", "response": {}}), b"data: {not json\n\n"])
+
+
+def _responses_events(
+    items: list[tuple[str, dict[str, Any], list[dict[str, Any]]]], usage: tuple[int, int]
+) -> list[bytes]:
+    response = {"id": "resp_fake", "object": "response", "status": "in_progress", "output": [], "usage": None}
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "response": response},
+        {"type": "response.in_progress", "response": response},
+    ]
+    for index, (_, item, deltas) in enumerate(items):
+        events.append({"type": "response.output_item.added", "output_index": index, "item": item["added"]})
+        events += [{**d, "output_index": index, "item_id": item["added"]["id"]} for d in deltas]
+        events.append({"type": "response.output_item.done", "output_index": index, "item": item["done"]})
+    prompt, completion = usage
+    done = {
+        **response,
+        "status": "completed",
+        "output": [item["done"] for _, item, _ in items],
+        "usage": {
+            "input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": completion,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": prompt + completion,
+        },
+    }
+    events.append({"type": "response.completed", "response": done})
+    return [named_sse({**e, "sequence_number": n}) for n, e in enumerate(events)]
+
+
+def _responses_reasoning(summary: Sequence[str], encrypted: str | None) -> tuple[str, Any, Any]:
+    added: dict[str, Any] = {"id": "rs_fake", "type": "reasoning", "summary": []}
+    done = {**added, "summary": [{"type": "summary_text", "text": s} for s in summary]}
+    if encrypted is not None:
+        added["encrypted_content"] = done["encrypted_content"] = encrypted
+    deltas = [
+        {"type": "response.reasoning_summary_text.delta", "summary_index": i, "delta": s}
+        for i, s in enumerate(summary)
+    ]
+    return ("reasoning", {"added": added, "done": done}, deltas)
+
+
+def _responses_message(texts: Sequence[str]) -> tuple[str, Any, Any]:
+    added = {"id": "msg_fake", "type": "message", "status": "in_progress", "content": [], "role": "assistant"}
+    part = {"type": "output_text", "annotations": [], "text": "".join(texts)}
+    done = {**added, "status": "completed", "content": [part]}
+    deltas = [{"type": "response.output_text.delta", "content_index": 0, "delta": t} for t in texts]
+    return ("message", {"added": added, "done": done}, deltas)
+
+
+def responses_text_script(
+    texts: Sequence[str],
+    *,
+    reasoning: Sequence[str] = (),
+    encrypted: str | None = None,
+    usage: tuple[int, int] = (10, 5),
+    delay_s: float = 0.0,
+    close_after: int | None = None,
+) -> Script:
+    """A Responses stream: created, in_progress, an optional reasoning item (summary parts,
+    encrypted content), one message item, completed with usage."""
+    items = [_responses_reasoning(reasoning, encrypted)] if reasoning or encrypted else []
+    items.append(_responses_message(texts))
+    return Script(chunks=_responses_events(items, usage), delay_s=delay_s, close_after=close_after)
+
+
+def responses_tool_script(
+    calls: Sequence[tuple[str, str, str]],
+    *,
+    text: str = "",
+    reasoning: Sequence[str] = (),
+    encrypted: str | None = None,
+    usage: tuple[int, int] = (10, 5),
+    delay_s: float = 0.0,
+) -> Script:
+    """Function calls as Responses streams them; ``calls`` are (call_id, name, args_json)."""
+    items = [_responses_reasoning(reasoning, encrypted)] if reasoning or encrypted else []
+    if text:
+        items.append(_responses_message([text]))
+    for n, (call_id, name, args) in enumerate(calls):
+        added = {"id": f"fc_fake{n}", "type": "function_call", "status": "in_progress", "arguments": "",
+                 "call_id": call_id, "name": name}  # fmt: skip
+        half = len(args) // 2
+        deltas: list[dict[str, Any]] = [
+            {"type": "response.function_call_arguments.delta", "delta": part}
+            for part in (args[:half], args[half:])
+            if part
+        ]
+        deltas.append({"type": "response.function_call_arguments.done", "arguments": args})
+        items.append(("function_call", {"added": added, "done": {**added, "status": "completed",
+                                                                  "arguments": args}}, deltas))  # fmt: skip
+    return Script(chunks=_responses_events(items, usage), delay_s=delay_s)
+
+
+def _anthropic_events(
+    blocks: list[tuple[dict[str, Any], list[dict[str, Any]]]], stop_reason: str, usage: tuple[int, int]
+) -> list[bytes]:
+    prompt, completion = usage
+    start_usage = {"input_tokens": prompt, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0,
+                   "output_tokens": 1}  # fmt: skip
+    message = {"id": "msg_fake", "type": "message", "role": "assistant", "model": "fake-model", "content": [],
+               "stop_reason": None, "stop_sequence": None, "usage": start_usage}  # fmt: skip
+    events: list[dict[str, Any]] = [{"type": "message_start", "message": message}, {"type": "ping"}]
+    for index, (start, deltas) in enumerate(blocks):
+        events.append({"type": "content_block_start", "index": index, "content_block": start})
+        events += [{"type": "content_block_delta", "index": index, "delta": d} for d in deltas]
+        events.append({"type": "content_block_stop", "index": index})
+    events.append(
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+            "usage": {**start_usage, "output_tokens": completion},
+        }
+    )
+    events.append({"type": "message_stop"})
+    return [named_sse(e) for e in events]
+
+
+def _anthropic_thinking(thinking: Sequence[str], signature: str | None) -> list[Any]:
+    if not thinking and signature is None:
+        return []
+    deltas: list[dict[str, Any]] = [{"type": "thinking_delta", "thinking": t} for t in thinking]
+    deltas.append({"type": "signature_delta", "signature": signature or ""})
+    return [({"type": "thinking", "thinking": "", "signature": ""}, deltas)]
+
+
+def anthropic_text_script(
+    texts: Sequence[str],
+    *,
+    thinking: Sequence[str] = (),
+    signature: str | None = None,
+    usage: tuple[int, int] = (10, 5),
+    stop_reason: str = "end_turn",
+    delay_s: float = 0.0,
+    close_after: int | None = None,
+) -> Script:
+    """An Anthropic Messages stream: message_start, ping, an optional thinking block (deltas,
+    then one signature_delta), one text block, message_delta, message_stop."""
+    blocks = _anthropic_thinking(thinking, signature)
+    blocks.append(({"type": "text", "text": ""}, [{"type": "text_delta", "text": t} for t in texts]))
+    return Script(
+        chunks=_anthropic_events(blocks, stop_reason, usage), delay_s=delay_s, close_after=close_after
+    )
+
+
+def anthropic_tool_script(
+    calls: Sequence[tuple[str, str, str]],
+    *,
+    text: str = "",
+    thinking: Sequence[str] = (),
+    signature: str | None = None,
+    usage: tuple[int, int] = (10, 5),
+    delay_s: float = 0.0,
+) -> Script:
+    """tool_use blocks as Anthropic streams them (an empty partial_json first, then the input
+    in two parts); ``calls`` are (tool_use_id, name, input_json)."""
+    blocks = _anthropic_thinking(thinking, signature)
+    if text:
+        blocks.append(({"type": "text", "text": ""}, [{"type": "text_delta", "text": text}]))
+    for call_id, name, args in calls:
+        half = len(args) // 2
+        parts = [""] + [p for p in (args[:half], args[half:]) if p]
+        deltas = [{"type": "input_json_delta", "partial_json": p} for p in parts]
+        blocks.append(({"type": "tool_use", "id": call_id, "name": name, "input": {}}, deltas))
+    return Script(chunks=_anthropic_events(blocks, "tool_use", usage), delay_s=delay_s)

@@ -1,0 +1,27 @@
+"""Every Cursor tool byok can run, by model-visible name."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from byok.cursor.tools import edit_tools, read_tools, search_tools, shell_tool
+from byok.cursor.tools.base import ToolDef
+from byok.pb.agent import v1 as agent
+
+# Tool modules, each exporting ``TOOLS: tuple[ToolDef, ...]``.
+MODULES: tuple[ModuleType, ...] = (read_tools, search_tools, edit_tools, shell_tool)
+
+
+def build_registry() -> dict[str, ToolDef]:
+    registry: dict[str, ToolDef] = {}
+    for module in MODULES:
+        for tool in module.TOOLS:
+            if tool.name in registry:
+                raise ValueError(f"tool {tool.name!r} is defined twice ({module.__name__})")
+            registry[tool.name] = tool
+    return registry
+
+
+def placeholder_call(tool: ToolDef) -> agent.ToolCall:
+    """The empty typed card Cursor draws while the model is still writing the call's arguments."""
+    return tool.tool_call(tool.placeholder())

@@ -1,0 +1,133 @@
+"""Message: canonical encoding (sorted, compact, defaults omitted), decode inverts encode, id = sha256."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import attrs
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from byok.model.messages import Message, ReplayState, ToolCall, canonical_json
+
+texts = st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=20)
+
+# Any field combination, not only the shapes the loop produces: encode/decode must be total.
+any_messages = st.builds(
+    Message,
+    role=st.sampled_from(["system", "user", "assistant", "tool"]),
+    origin=st.sampled_from(["user", "runtime", "assistant", "tool"]),
+    text=texts,
+    thinking=texts,
+    replay=st.none() | st.builds(ReplayState, provider_kind=texts, data=texts),
+    tool_calls=st.lists(
+        st.builds(ToolCall, call_id=texts, name=texts, arguments=texts, index=st.integers(0, 1000)),
+        max_size=3,
+    ).map(tuple),
+    tool_call_id=texts,
+    tool_name=texts,
+    is_error=st.booleans(),
+    tool_round_id=texts,
+    completion_seq=st.integers(0, 10**9),
+    event_id=texts,
+    model_call_id=texts,
+)
+
+DEFAULTS = Message(role="user", origin="user")
+
+
+@given(any_messages)
+def test_decode_inverts_encode(m: Message) -> None:
+    assert Message.decode(m.encode()) == m
+
+
+@given(any_messages)
+def test_encoding_is_canonical_json(m: Message) -> None:
+    data = m.encode()
+    obj = json.loads(data)
+    assert data == json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    assert list(obj) == sorted(obj)
+
+
+@given(any_messages)
+def test_fields_at_their_default_are_omitted(m: Message) -> None:
+    obj = json.loads(m.encode())
+    assert obj["role"] == m.role and obj["origin"] == m.origin
+    for field in attrs.fields(Message):
+        if field.name in ("role", "origin"):
+            continue
+        value = getattr(m, field.name)
+        assert (field.name in obj) == (value != field.default), field.name
+
+
+@given(any_messages)
+def test_id_is_sha256_of_the_encoding(m: Message) -> None:
+    assert m.id == hashlib.sha256(m.encode()).digest()
+    assert len(m.id) == 32
+
+
+@given(any_messages, any_messages)
+def test_encoding_is_injective(a: Message, b: Message) -> None:
+    assert (a.encode() == b.encode()) == (a == b)
+    assert (a.id == b.id) == (a == b)
+
+
+def test_minimal_message_encoding() -> None:
+    assert DEFAULTS.encode() == b'{"origin":"user","role":"user"}'
+
+
+def test_encoding_is_utf8_not_ascii_escaped() -> None:
+    data = Message(role="user", origin="user", text="héllo ✓").encode()
+    assert "héllo ✓".encode() in data
+    assert b"\\u" not in data
+
+
+def test_tool_call_order_is_preserved_not_sorted() -> None:
+    calls = (ToolCall("b", "n", "{}", 5), ToolCall("a", "n", "{}", 1))
+    m = Message(role="assistant", origin="assistant", tool_calls=calls)
+    assert Message.decode(m.encode()).tool_calls == calls
+    assert [c["call_id"] for c in json.loads(m.encode())["tool_calls"]] == ["b", "a"]
+
+
+def test_equal_messages_have_equal_bytes_whatever_the_construction_order() -> None:
+    a = Message(role="tool", origin="tool", text="x", is_error=True, tool_call_id="c", completion_seq=2)
+    b = Message(completion_seq=2, tool_call_id="c", is_error=True, text="x", origin="tool", role="tool")
+    assert a.encode() == b.encode()
+    assert a.id == b.id
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"text": "y"},
+        {"thinking": "t"},
+        {"replay": ReplayState("k", "d")},
+        {"tool_calls": (ToolCall("c", "n", "{}", 0),)},
+        {"tool_call_id": "c"},
+        {"tool_name": "n"},
+        {"is_error": True},
+        {"tool_round_id": "r"},
+        {"completion_seq": 1},
+        {"event_id": "e"},
+        {"model_call_id": "m"},
+        {"origin": "runtime"},
+        {"role": "assistant"},
+    ],
+)
+def test_every_field_is_part_of_the_identity(change: dict) -> None:
+    changed = attrs.evolve(DEFAULTS, **change)
+    assert changed.id != DEFAULTS.id
+    assert Message.decode(changed.encode()) == changed
+
+
+def test_empty_replay_state_is_kept() -> None:
+    m = Message(role="assistant", origin="assistant", replay=ReplayState("", ""))
+    assert Message.decode(m.encode()) == m
+
+
+def test_canonical_json_sorts_nested_keys() -> None:
+    assert canonical_json({"b": {"y": 1, "x": [2, {"d": 0, "c": 1}]}, "a": "é"}) == (
+        '{"a":"é","b":{"x":[2,{"c":1,"d":0}],"y":1}}'.encode()
+    )

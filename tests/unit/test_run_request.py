@@ -1,0 +1,174 @@
+"""parse_run_request: AgentRunRequest -> RunStart, or a RunRequestError with a Connect code."""
+
+from __future__ import annotations
+
+import pytest
+
+from byok.cursor.request import RunRequestError, parse_run_request, requested_model_id
+from byok.pb.agent import v1 as agent
+
+Mode = agent.AgentMode
+
+
+def user_action(
+    text: str = "hi", mode: agent.AgentMode = Mode.UNSPECIFIED, context: agent.RequestContext | None = None
+) -> agent.ConversationAction:
+    return agent.ConversationAction(
+        user_message_action=agent.UserMessageAction(
+            user_message=agent.UserMessage(text=text, message_id="m-1", mode=mode),
+            request_context=context,
+        )
+    )
+
+
+def request(**overrides: object) -> agent.AgentRunRequest:
+    fields: dict[str, object] = {
+        "conversation_id": "conv-1",
+        "requested_model": agent.RequestedModel(model_id="byok/claude"),
+        "action": user_action(),
+    }
+    fields.update(overrides)
+    return agent.AgentRunRequest(**fields)  # type: ignore[arg-type]
+
+
+def wire(req: agent.AgentRunRequest) -> agent.AgentRunRequest:
+    """What the server actually sees: the request after a protobuf round trip."""
+    return agent.AgentRunRequest.parse(bytes(req))
+
+
+def error_of(req: agent.AgentRunRequest) -> RunRequestError:
+    with pytest.raises(RunRequestError) as info:
+        parse_run_request("rq", wire(req))
+    return info.value
+
+
+def test_valid_user_message_request() -> None:
+    context = agent.RequestContext()
+    req = request(action=user_action("fix it", Mode.ASK, context))
+    start = parse_run_request("rq-7", wire(req))
+    assert start.request_id == "rq-7"
+    assert start.conversation_id == "conv-1"
+    assert start.model_id == "byok/claude"
+    assert start.action == "user_message_action"
+    assert start.user_message is not None
+    assert start.user_message.text == "fix it"
+    assert start.user_message.message_id == "m-1"
+    assert start.request_context is not None
+    assert start.mode == Mode.ASK
+    assert start.client_state is None
+
+
+# -- model ---------------------------------------------------------------------------------------------
+
+
+def test_requested_model_wins_over_model_details() -> None:
+    req = request(
+        requested_model=agent.RequestedModel(model_id="new"), model_details=agent.ModelDetails(model_id="old")
+    )
+    assert parse_run_request("rq", wire(req)).model_id == "new"
+
+
+def test_model_details_is_the_fallback() -> None:
+    req = request(requested_model=None, model_details=agent.ModelDetails(model_id="old"))
+    assert parse_run_request("rq", wire(req)).model_id == "old"
+
+
+def test_empty_requested_model_falls_back_to_model_details() -> None:
+    req = request(
+        requested_model=agent.RequestedModel(max_mode=True), model_details=agent.ModelDetails(model_id="old")
+    )
+    assert requested_model_id(wire(req)) == "old"
+
+
+@pytest.mark.parametrize(
+    "models",
+    [
+        {"requested_model": None},
+        {"requested_model": agent.RequestedModel(model_id="")},
+        {"requested_model": None, "model_details": agent.ModelDetails(display_name="x")},
+        {"requested_model": agent.RequestedModel(), "model_details": agent.ModelDetails()},
+    ],
+)
+def test_missing_model_is_invalid_argument(models: dict) -> None:
+    err = error_of(request(**models))
+    assert err.code == "invalid_argument"
+    assert err.message == str(err)
+
+
+# -- required fields -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("conversation_id", [None, ""])
+def test_missing_conversation_id_is_invalid_argument(conversation_id: str | None) -> None:
+    assert error_of(request(conversation_id=conversation_id)).code == "invalid_argument"
+
+
+def test_missing_action_is_invalid_argument() -> None:
+    assert error_of(request(action=None)).code == "invalid_argument"
+
+
+def test_action_without_a_variant_is_invalid_argument() -> None:
+    action = agent.ConversationAction(triggering_auth_id="auth")
+    assert error_of(request(action=action)).code == "invalid_argument"
+
+
+def test_user_message_action_without_user_message_is_invalid_argument() -> None:
+    action = agent.ConversationAction(user_message_action=agent.UserMessageAction())
+    assert error_of(request(action=action)).code == "invalid_argument"
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        agent.ConversationAction(resume_action=agent.ResumeAction()),
+        agent.ConversationAction(cancel_action=agent.CancelAction(reason="x")),
+        agent.ConversationAction(summarize_action=agent.SummarizeAction()),
+    ],
+)
+def test_unsupported_action_is_unimplemented(action: agent.ConversationAction) -> None:
+    err = error_of(request(action=action))
+    assert err.code == "unimplemented"
+
+
+def test_model_is_checked_before_the_action() -> None:
+    err = error_of(
+        request(requested_model=None, action=agent.ConversationAction(resume_action=agent.ResumeAction()))
+    )
+    assert err.code == "invalid_argument"
+
+
+# -- mode ----------------------------------------------------------------------------------------------
+
+
+def state(mode: agent.AgentMode | None) -> agent.ConversationStateStructure:
+    return agent.ConversationStateStructure(mode=mode)
+
+
+@pytest.mark.parametrize(
+    ("message_mode", "state_mode", "expected"),
+    [
+        (Mode.PLAN, None, Mode.PLAN),
+        (Mode.PLAN, Mode.ASK, Mode.PLAN),  # the user just switched: the message wins
+        (Mode.UNSPECIFIED, Mode.ASK, Mode.ASK),
+        (Mode.UNSPECIFIED, Mode.DEBUG, Mode.DEBUG),
+        (Mode.UNSPECIFIED, Mode.UNSPECIFIED, Mode.AGENT),
+        (Mode.UNSPECIFIED, None, Mode.AGENT),
+    ],
+)
+def test_mode_resolution(
+    message_mode: agent.AgentMode, state_mode: agent.AgentMode | None, expected: agent.AgentMode
+) -> None:
+    req = request(action=user_action(mode=message_mode), conversation_state=state(state_mode))
+    start = parse_run_request("rq", wire(req))
+    assert start.mode == expected
+
+
+def test_mode_defaults_to_agent_without_state() -> None:
+    assert parse_run_request("rq", wire(request())).mode == Mode.AGENT
+
+
+def test_client_state_is_passed_through() -> None:
+    client = agent.ConversationStateStructure(turns=[b"\x01" * 32], mode=Mode.ASK)
+    start = parse_run_request("rq", wire(request(conversation_state=client)))
+    assert start.client_state is not None
+    assert bytes(start.client_state) == bytes(client)

@@ -1,0 +1,206 @@
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import betterproto2
+import pytest
+
+from byok.cursor.prompting import REQUIRED_MODES, default_prompt_root
+from byok.cursor.tools.catalog import ToolCatalogError, load_tool_catalog, mode_tools
+from byok.cursor.tools.registry import build_registry, placeholder_call
+from byok.model.messages import canonical_json
+
+ROOT = default_prompt_root()
+
+# Parameter names are the ones Cursor-trained models expect (reference catalogs); only the
+# descriptions are ours.
+EXPECTED_PARAMETERS = {
+    "Read": {"path", "offset", "limit"},
+    "Write": {"path", "contents"},
+    "StrReplace": {"path", "old_string", "new_string", "replace_all"},
+    "Delete": {"path"},
+    "Grep": {
+        "pattern",
+        "path",
+        "glob",
+        "output_mode",
+        "-A",
+        "-B",
+        "-C",
+        "-i",
+        "type",
+        "head_limit",
+        "multiline",
+        "offset",
+    },
+    "Glob": {"glob_pattern", "target_directory"},
+    "ReadLints": {"paths"},
+    "Shell": {"command", "working_directory", "block_until_ms", "description", "required_permissions"},
+}
+READ_ONLY = {"Read", "Grep", "Glob", "ReadLints"}
+AWAITING_MODULES: set[str] = set()
+
+
+def params(name: str) -> dict:
+    return json.loads(load_tool_catalog(ROOT)[name].parameters_json)
+
+
+def test_catalog_has_the_eight_tools_with_reference_parameter_names() -> None:
+    catalog = load_tool_catalog(ROOT)
+    assert set(catalog) == set(EXPECTED_PARAMETERS)
+    for name, spec in catalog.items():
+        assert spec.name == name
+        assert spec.description.strip()
+        assert set(json.loads(spec.parameters_json)["properties"]) == EXPECTED_PARAMETERS[name], name
+
+
+def test_required_arguments_and_enums() -> None:
+    assert params("Read")["required"] == ["path"]
+    assert params("Write")["required"] == ["path", "contents"]
+    assert params("StrReplace")["required"] == ["path", "old_string", "new_string"]
+    assert params("Grep")["required"] == ["pattern"]
+    assert params("Glob")["required"] == ["glob_pattern"]
+    assert "required" not in params("ReadLints")
+    assert params("Shell")["required"] == ["command"]
+    assert params("Grep")["properties"]["output_mode"]["enum"] == ["content", "files_with_matches", "count"]
+    perms = params("Shell")["properties"]["required_permissions"]
+    assert perms["type"] == "array" and perms["items"]["enum"] == ["full_network", "all"]
+    assert params("ReadLints")["properties"]["paths"]["items"] == {"type": "string"}
+
+
+def test_parameters_json_is_canonical() -> None:
+    raw = json.loads((ROOT / "tools" / "catalog.json").read_text(encoding="utf-8"))
+    catalog = load_tool_catalog(ROOT)
+    for entry in raw:
+        text = catalog[entry["name"]].parameters_json
+        assert text == canonical_json(entry["parameters"]).decode()
+        assert json.loads(text) == entry["parameters"]
+        assert text == json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def test_loading_twice_gives_identical_specs() -> None:
+    assert load_tool_catalog(ROOT) == load_tool_catalog(ROOT)
+
+
+@pytest.mark.parametrize("mode", REQUIRED_MODES)
+def test_every_mode_manifest_names_catalog_tools(mode: str) -> None:
+    catalog = load_tool_catalog(ROOT)
+    tools = mode_tools(ROOT, mode, catalog)
+    names = [t.name for t in tools]
+    assert names and len(names) == len(set(names))
+    assert all(catalog[t.name] is t for t in tools)
+
+
+def test_mode_tool_sets() -> None:
+    catalog = load_tool_catalog(ROOT)
+    names = {mode: [t.name for t in mode_tools(ROOT, mode, catalog)] for mode in REQUIRED_MODES}
+    assert set(names["agent"]) == set(EXPECTED_PARAMETERS) == set(names["debug"])
+    assert set(names["ask"]) == READ_ONLY
+    assert set(names["plan"]) == READ_ONLY | {"Shell"}
+    # Manifest order is the order the provider sees.
+    manifest = json.loads((ROOT / "modes" / "plan" / "tools.json").read_text(encoding="utf-8"))
+    assert names["plan"] == manifest
+
+
+def test_every_registered_tool_is_in_the_catalog_and_draws_a_card() -> None:
+    catalog = load_tool_catalog(ROOT)
+    registry = build_registry()
+    assert set(registry) <= set(catalog)
+    assert set(catalog) - set(registry) <= AWAITING_MODULES
+    for name, tool in registry.items():
+        assert tool.name == name
+        field, record = betterproto2.which_one_of(placeholder_call(tool), "tool")
+        assert field == tool.ui_field
+        assert record == tool.placeholder()
+
+
+# --- malformed assets --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    shutil.copytree(ROOT, tmp_path / "prompt")
+    return tmp_path / "prompt"
+
+
+def write_catalog(root: Path, value: object) -> None:
+    (root / "tools" / "catalog.json").write_text(json.dumps(value), encoding="utf-8")
+
+
+def tool(name: str = "Read", **extra: object) -> dict:
+    entry = {"name": name, "description": "Reads.", "parameters": {"type": "object", "properties": {}}}
+    return {**entry, **extra}
+
+
+def catalog_error(root: Path) -> str:
+    with pytest.raises(ToolCatalogError) as info:
+        load_tool_catalog(root)
+    message = str(info.value)
+    assert "\n" not in message and "catalog.json" in message
+    return message
+
+
+def test_missing_catalog(root: Path) -> None:
+    (root / "tools" / "catalog.json").unlink()
+    assert "file is missing" in catalog_error(root)
+
+
+def test_bad_json_names_line_and_column(root: Path) -> None:
+    (root / "tools" / "catalog.json").write_text('[{"name": "Read",\n oops}]', encoding="utf-8")
+    assert "invalid JSON at line 2 column 2" in catalog_error(root)
+
+
+@pytest.mark.parametrize(
+    ("value", "fragment"),
+    [
+        ({"tools": []}, "expected a JSON array of tools, got an object"),
+        ([], "defines no tools"),
+        (["Read"], "tool #0: expected an object, got a string"),
+        ([tool(), tool()], "'Read' is defined more than once"),
+        ([tool(name="has space")], "'name' must match"),
+        ([tool(description="  ")], "'description' must be a non-empty string"),
+        ([tool(parameters={"type": "string"})], "'parameters' must be a JSON Schema object"),
+        (
+            [tool(parameters={"type": "object", "properties": [], "required": []})],
+            "properties' must be an object",
+        ),
+        (
+            [tool(parameters={"type": "object", "properties": {}, "required": ["path"]})],
+            "'parameters.required'",
+        ),
+        ([{"type": "function", "function": tool()}], "unexpected keys ['function', 'type']"),
+    ],
+)
+def test_malformed_catalog(root: Path, value: object, fragment: str) -> None:
+    write_catalog(root, value)
+    assert fragment in catalog_error(root)
+
+
+def manifest_error(root: Path, mode: str = "ask") -> str:
+    catalog = load_tool_catalog(root)
+    with pytest.raises(ToolCatalogError) as info:
+        mode_tools(root, mode, catalog)
+    message = str(info.value)
+    assert "\n" not in message and "tools.json" in message
+    return message
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ('["Read", "Nope"]', "unknown tool 'Nope' (not in the tool catalog)"),
+        ('["Read", "Read"]', "'Read' is listed more than once"),
+        ('{"tools": ["Read"]}', "expected a JSON array of tool names"),
+        ('["Read", 3]', "expected a JSON array of tool names"),
+        ('["Read",', "invalid JSON"),
+    ],
+)
+def test_malformed_manifest(root: Path, text: str, fragment: str) -> None:
+    (root / "modes" / "ask" / "tools.json").write_text(text, encoding="utf-8")
+    assert fragment in manifest_error(root)
+
+
+def test_missing_manifest(root: Path) -> None:
+    assert "file is missing" in manifest_error(root, mode="nosuchmode")
