@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,7 @@ class Recorded:
     message: agent.AgentServerMessage
     kind: str  # "interaction_update.text_delta", "kv_server_message.set_blob_args", ...
     acked_before: frozenset[bytes]
+    at: float = attrs.field(factory=time.monotonic)  # when the frame arrived
 
 
 @attrs.define

@@ -8,6 +8,7 @@ tests observe incremental delivery the way a real streaming provider produces it
 from __future__ import annotations
 
 import json
+import time
 from collections import deque
 from collections.abc import Sequence
 from functools import partial
@@ -37,6 +38,7 @@ class RecordedRequest:
     headers: dict[str, str]  # lower-case names
     body: bytes
     json: Any  # parsed body, or None when it is not JSON
+    at: float = 0.0  # time.monotonic() when the request arrived (ordering against client frames)
 
 
 class FakeProvider:
@@ -123,6 +125,7 @@ def _record(request: h11.Request, body: bytes) -> RecordedRequest:
         headers={k.decode().lower(): v.decode() for k, v in request.headers},
         body=body,
         json=parsed,
+        at=time.monotonic(),
     )
 
 
