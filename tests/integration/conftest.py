@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import attrs
@@ -26,7 +27,9 @@ class Daemon:
     config_path: Path
 
 
-def write_config(path: Path, *, provider_url: str, data_dir: Path, extra: str = "") -> None:
+def write_config(
+    path: Path, *, provider_url: str, data_dir: Path, extra: str = "", kind: str = "openai_chat"
+) -> None:
     path.write_text(
         f"""
 [server]
@@ -39,7 +42,7 @@ provider_retry_base_s = 0.01
 
 [[providers]]
 id = "fake"
-kind = "openai_chat"
+kind = "{kind}"
 base_url = "{provider_url}"
 api_key = "sk-test"
 
@@ -53,15 +56,26 @@ context_tokens = 128000
     )
 
 
-@pytest.fixture
-async def daemon(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Daemon]:
+@asynccontextmanager
+async def start_daemon(
+    tmp_path: Path, nursery: trio.Nursery, kind: str = "openai_chat"
+) -> AsyncIterator[Daemon]:
+    """The real daemon on an ephemeral loopback port, its provider a FakeProvider of ``kind``."""
     provider = FakeProvider()
     provider_url = await provider.start(nursery)
+    if kind == "anthropic":
+        provider_url = provider_url.removesuffix("/v1")  # Anthropic base URLs carry no /v1
     data_dir = tmp_path / "data"
     config_path = tmp_path / "byok.toml"
-    write_config(config_path, provider_url=provider_url, data_dir=data_dir)
+    write_config(config_path, provider_url=provider_url, data_dir=data_dir, kind=kind)
     config = load_config(config_path, overrides={})
     base_url, shutdown = await nursery.start(run_daemon, config)
     async with httpx.AsyncClient(timeout=30) as client:
         yield Daemon(base_url, provider, CursorSim(base_url, client), client, data_dir, config_path)
     shutdown()
+
+
+@pytest.fixture
+async def daemon(tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Daemon]:
+    async with start_daemon(tmp_path, nursery) as d:
+        yield d

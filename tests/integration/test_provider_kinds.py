@@ -1,0 +1,107 @@
+"""Each provider kind end to end through the daemon, with a tool round: the second provider
+call must carry the first call's reasoning replay exactly as that endpoint needs it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import trio
+
+from byok.devtools.cursor_sim import user_turn
+from byok.devtools.workspace_exec import WorkspaceExecutor
+from byok.store import SQLiteStore
+from tests.integration.conftest import start_daemon
+from tests.support.fake_provider import (
+    anthropic_text_script,
+    anthropic_tool_script,
+    chat_text_script,
+    chat_tool_script,
+    responses_text_script,
+    responses_tool_script,
+)
+
+READ_ARGS = '{"path": "hello.txt"}'
+
+
+def scripts(kind: str) -> tuple:  # type: ignore[type-arg]
+    if kind == "openai_chat":
+        return (
+            chat_tool_script([("call_1", "Read", READ_ARGS)], text="Let me look."),
+            chat_text_script(["It says hi."]),
+        )
+    if kind == "openai_responses":
+        return (
+            responses_tool_script(
+                [("call_1", "Read", READ_ARGS)], reasoning=["Need the file."], encrypted="gAAAAenc"
+            ),
+            responses_text_script(["It says hi."]),
+        )
+    return (
+        anthropic_tool_script(
+            [("toolu_1", "Read", READ_ARGS)], thinking=["Need the file."], signature="sig-abc"
+        ),
+        anthropic_text_script(["It says hi."]),
+    )
+
+
+def check_replay(kind: str, second: dict) -> None:  # type: ignore[type-arg]
+    if kind == "openai_chat":
+        assistant, tool = second["messages"][-2:]
+        assert assistant["content"] == "Let me look."
+        assert assistant["tool_calls"][0]["function"] == {"name": "Read", "arguments": READ_ARGS}
+        assert tool == {"role": "tool", "tool_call_id": "call_1", "content": tool["content"]}
+        assert "hi there" in tool["content"]
+    elif kind == "openai_responses":
+        assert "previous_response_id" not in second and second["store"] is False
+        items = second["input"]
+        reasoning = next(i for i in items if i.get("type") == "reasoning")
+        assert reasoning["encrypted_content"] == "gAAAAenc"
+        types = [i.get("type") for i in items[-3:]]
+        assert types == ["reasoning", "function_call", "function_call_output"]
+        assert items[-2]["call_id"] == "call_1" and items[-2]["arguments"] == READ_ARGS
+        assert items[-1]["call_id"] == "call_1" and "hi there" in items[-1]["output"]
+    else:
+        assistant, user = second["messages"][-2:]
+        blocks = assistant["content"]
+        assert blocks[0] == {"type": "thinking", "thinking": "Need the file.", "signature": "sig-abc"}
+        assert blocks[1]["type"] == "tool_use" and blocks[1]["id"] == "toolu_1"
+        assert blocks[1]["input"] == json.loads(READ_ARGS)
+        assert user["role"] == "user" and user["content"][0]["type"] == "tool_result"
+        assert user["content"][0]["tool_use_id"] == "toolu_1"
+
+
+@pytest.mark.parametrize("kind", ["openai_chat", "openai_responses", "anthropic"])
+async def test_tool_round_with_replay(kind: str, tmp_path: Path, nursery: trio.Nursery) -> None:
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "hello.txt").write_text("hi there\n")
+    async with start_daemon(tmp_path, nursery, kind=kind) as d:
+        executor = WorkspaceExecutor(root)
+        d.sim.executor = executor
+        d.provider.enqueue(*scripts(kind))
+        tr = await d.sim.run(
+            "req-" + kind,
+            user_turn("read it", conversation_id="c-" + kind, model_id="byok-demo", message_id="m"),
+        )
+        await executor.aclose()
+        assert tr.end_stream == {}, tr.end_stream
+        assert tr.text().endswith("It says hi.")
+        first, second = d.provider.requests
+        expected_path = {"openai_chat": "/v1/chat/completions", "openai_responses": "/v1/responses"}
+        assert first.path == expected_path.get(kind, "/v1/messages")
+        if kind == "anthropic":
+            assert first.headers["x-api-key"] == "sk-test"
+            assert first.headers["anthropic-version"]
+        else:
+            assert first.headers["authorization"] == "Bearer sk-test"
+        check_replay(kind, second.json)
+        if kind != "openai_chat":
+            kinds = tr.kinds()
+            assert "interaction_update.thinking_delta" in kinds
+            assert "interaction_update.thinking_completed" in kinds
+        with SQLiteStore.open_in(d.data_dir) as store:
+            calls = store.llm_calls("req-" + kind)
+            assert [c.status for c in calls] == ["ok", "ok"]
+            assert all(c.usage is not None for c in calls)
