@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 import uuid
 from pathlib import Path
@@ -47,8 +48,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
         level=os.environ.get("BYOK_LOG_LEVEL", "INFO"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(run_daemon, config)
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for signum in signals:
+                    logging.getLogger("byok").info("received %s, shutting down", signal.Signals(signum).name)
+                    nursery.cancel_scope.cancel()
+                    break
+
     try:
-        trio.run(run_daemon, config)
+        trio.run(main)
     except KeyboardInterrupt:
         return 0
     except OSError as e:
