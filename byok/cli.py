@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import trio
@@ -37,8 +38,6 @@ def _load(args: argparse.Namespace) -> Config:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from byok.daemon import run_daemon
-
     try:
         config = _load(args)
     except ConfigError as e:
@@ -50,13 +49,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     )
 
     async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(run_daemon, config)
-            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        log = logging.getLogger("byok")
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async with trio.open_nursery() as nursery:
+                started = await nursery.start(_daemon_task, config, nursery.cancel_scope)
+                stop: Callable[[], None] | None = started[1]
                 async for signum in signals:
-                    logging.getLogger("byok").info("received %s, shutting down", signal.Signals(signum).name)
-                    nursery.cancel_scope.cancel()
-                    break
+                    if stop is None:
+                        log.info("second signal: cancelling now")
+                        nursery.cancel_scope.cancel()
+                        break
+                    log.info("received %s: graceful shutdown", signal.Signals(signum).name)
+                    stop()
+                    stop = None
 
     try:
         trio.run(main)
@@ -66,6 +71,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"byok: cannot serve on {config.server.host}:{config.server.port}: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+async def _daemon_task(
+    config: Config,
+    done: trio.CancelScope,
+    task_status: trio.TaskStatus[tuple[str, Callable[[], None]]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    from byok.daemon import run_daemon
+
+    await run_daemon(config, task_status=task_status)
+    done.cancel()  # the daemon has shut down: stop waiting for signals
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:

@@ -58,6 +58,10 @@ class ServerConfig:
     # Provider retries (408/425/429/5xx, connection errors, before any output reached Cursor).
     provider_max_tries: int = 4
     provider_retry_base_s: float = 0.5
+    # A dropped RunSSE keeps its run alive this long for a reconnect (Bidi may still deliver results).
+    reconnect_grace_s: float = 30.0
+    # On SIGTERM, active runs get this long to finish before they are cancelled.
+    shutdown_grace_s: float = 10.0
 
 
 @attrs.frozen
@@ -232,6 +236,8 @@ _SERVER_KEYS = (
     "max_body_bytes",
     "provider_max_tries",
     "provider_retry_base_s",
+    "reconnect_grace_s",
+    "shutdown_grace_s",
 )
 _PROVIDER_KEYS = ("id", "kind", "base_url", "api_key_env", "api_key")
 _MODEL_KEYS = (
@@ -271,6 +277,8 @@ def _server(t: _Table, overrides: Mapping[str, object]) -> ServerConfig:
         max_body_bytes=_pick(t.integer("max_body_bytes"), DEFAULT_MAX_BODY_BYTES),
         provider_max_tries=_pick(t.integer("provider_max_tries"), 4),
         provider_retry_base_s=_pick(t.number("provider_retry_base_s"), 0.5),
+        reconnect_grace_s=_pick(t.number("reconnect_grace_s"), 30.0),
+        shutdown_grace_s=_pick(t.number("shutdown_grace_s"), 10.0),
     )
 
 

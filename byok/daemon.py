@@ -39,7 +39,8 @@ async def run_daemon(
     *,
     task_status: trio.TaskStatus[tuple[str, Callable[[], None]]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve until cancelled. ``task_status.started`` gets (base_url, shutdown)."""
+    """Serve until ``stop`` (given to ``task_status.started`` with the base URL) is called: then
+    stop accepting runs, let active runs finish within shutdown_grace_s, cancel the rest, return."""
     root = default_prompt_root()
     prompts = load_prompt_assets(root)
     catalog = load_tool_catalog(root)
@@ -53,11 +54,17 @@ async def run_daemon(
             deps = RunDeps(config=config, store=store, prompts=prompts, tools=tools, http=http)
             forwarder = Forwarder(config.server.upstream, up, logging.getLogger("byok.forward"))
             app = App(config=config, deps=deps, nursery=nursery, forward=forwarder)
-            base_url, shutdown = await serve_app(
+            base_url, stop_server = await serve_app(
                 app, host=config.server.host, port=config.server.port, nursery=nursery
             )
             log.info("byok listening on %s (data dir %s)", base_url, config.server.data_dir)
-            task_status.started((base_url, shutdown))
+            stop = trio.Event()
+            task_status.started((base_url, stop.set))
+            await stop.wait()
+            log.info("shutting down: waiting up to %gs for active runs", config.server.shutdown_grace_s)
+            await app.shutdown(config.server.shutdown_grace_s)
+            stop_server()
+            nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
             await store.aclose()

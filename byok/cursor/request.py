@@ -27,6 +27,7 @@ class RunStart:
     request_context: agent.RequestContext | None
     mode: agent.AgentMode
     client_state: agent.ConversationStateStructure | None
+    completions: tuple[agent.BackgroundTaskCompletion, ...] = ()
 
 
 def requested_model_id(req: agent.AgentRunRequest) -> str:
@@ -51,11 +52,20 @@ def parse_run_request(request_id: str, req: agent.AgentRunRequest) -> RunStart:
         raise RunRequestError("invalid_argument", "run_request action has no variant set")
     user_message: agent.UserMessage | None = None
     context: agent.RequestContext | None = None
+    completions: tuple[agent.BackgroundTaskCompletion, ...] = ()
     if isinstance(value, agent.UserMessageAction):
         if value.user_message is None:
             raise RunRequestError("invalid_argument", "user_message_action carries no user_message")
         user_message = value.user_message
         context = value.request_context
+    elif isinstance(value, agent.ResumeAction):
+        context = value.request_context
+    elif isinstance(value, agent.BackgroundTaskCompletionAction):
+        completions = tuple(value.completions)
+        if not completions:
+            raise RunRequestError("invalid_argument", "background_task_completion_action has no completions")
+        if any(not c.task_id for c in completions):
+            raise RunRequestError("invalid_argument", "a background task completion has no task_id")
     else:
         raise RunRequestError("unimplemented", f"conversation action {action} is not supported yet")
     mode = agent.AgentMode.AGENT
@@ -73,4 +83,5 @@ def parse_run_request(request_id: str, req: agent.AgentRunRequest) -> RunStart:
         request_context=context,
         mode=mode,
         client_state=req.conversation_state,
+        completions=completions,
     )

@@ -67,6 +67,10 @@ class App:
         self.registry = RunRegistry()
         self.supervisors = Supervisors()
         self.max_body = config.server.max_body_bytes
+        self.accepting = True
+        self.active: set[ActiveRun] = set()
+        self._idle = trio.Event()
+        self._idle.set()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -177,6 +181,8 @@ class App:
 
     def _start_run(self, slot: RunSlot, req: agent.AgentRunRequest) -> ConnectError | None:
         try:
+            if not self.accepting:
+                raise RunRequestError("unavailable", "byok is shutting down")
             start = parse_run_request(slot.request_id, req)
             if self.config.model(start.model_id) is None:
                 raise RunRequestError("not_found", f"model {start.model_id!r} is not configured in byok")
@@ -193,6 +199,10 @@ class App:
         sup = self.supervisors.get(start.conversation_id)
         me = ActiveRun(start.request_id, trio.CancelScope(), trio.Event())
         old, sup.active = sup.active, me
+        slot.cancel_run = me.scope.cancel
+        self.active.add(me)
+        if self._idle.is_set():
+            self._idle = trio.Event()
         try:
             if old is not None:
                 log.info("run %s preempts run %s", start.request_id, old.request_id)
@@ -202,9 +212,34 @@ class App:
         finally:
             me.done.set()
             slot.finished.set()
+            slot.cancel_run = None
             if sup.active is me:
                 sup.active = None
+            self.active.discard(me)
+            if not self.active:
+                self._idle.set()
             self.nursery.start_soon(self._linger, slot)
+
+    async def shutdown(self, grace_s: float) -> None:
+        """Stop accepting runs, let active ones finish within ``grace_s``, then cancel the rest."""
+        self.accepting = False
+        with trio.move_on_after(grace_s):
+            await self._idle.wait()
+        for run in list(self.active):
+            log.info("shutdown: cancelling run %s", run.request_id)
+            run.scope.cancel()
+        await self._idle.wait()
+
+    async def _grace(self, slot: RunSlot) -> None:
+        """A dropped RunSSE: keep the run for a reconnect; cancel it when the grace runs out."""
+        grace = self.config.server.reconnect_grace_s
+        reattached = slot.attached_event
+        with trio.move_on_after(grace):
+            await reattached.wait()
+            return
+        if not slot.closed and slot.cancel_run is not None:
+            log.info("request %s: RunSSE gone for %gs, cancelling the run", slot.request_id, grace)
+            slot.cancel_run()
 
     async def _linger(self, slot: RunSlot) -> None:
         await trio.sleep(SLOT_LINGER_S)
@@ -275,6 +310,7 @@ class App:
                         )
                 finally:
                     nursery.cancel_scope.cancel()
-        slot.detach(cs)
+        if slot.detach(cs) and not ended and not slot.closed:
+            self.nursery.start_soon(self._grace, slot)
         if ended:
             await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -21,7 +21,7 @@ class ConversationMemory:
     roots: dict[bytes, Blob] = attrs.Factory(dict)
 
 
-@attrs.define
+@attrs.define(eq=False)
 class ActiveRun:
     request_id: str
     scope: trio.CancelScope

@@ -6,6 +6,7 @@ checkpoint may only reference blobs whose SET was acknowledged, so publishing wa
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable
 
 import trio
@@ -25,6 +26,7 @@ class KvLink:
         self._next_id = 0
         self._waiting: dict[int, tuple[bytes, trio.Event]] = {}
         self._failed: dict[int, str] = {}
+        self._gets: dict[int, tuple[trio.Event, list[bytes | None]]] = {}
         # Blob ids the client is known to hold (shared across runs of a conversation).
         self.acked = acked
 
@@ -55,8 +57,39 @@ class KvLink:
             raise KvFailure(f"client rejected a blob SET: {errors[0]}")
         return len(events)
 
+    async def get(self, blob_id: bytes, timeout_s: float, expected_len: int | None = None) -> bytes:
+        """Read a blob the client owns. The bytes are verified as received: SHA-256 of the raw
+        bytes must be the id, and the length must match when the reference gave one."""
+        kv_id = self._next_id
+        self._next_id += 1
+        done = trio.Event()
+        holder: list[bytes | None] = []
+        self._gets[kv_id] = (done, holder)
+        self._send(encode.get_blob(kv_id, blob_id))
+        with trio.move_on_after(timeout_s):
+            await done.wait()
+        self._gets.pop(kv_id, None)
+        if not done.is_set():
+            raise KvFailure(f"client did not answer the GET of blob {blob_id.hex()} within {timeout_s:g}s")
+        data = holder[0] if holder else None
+        if not data:
+            raise KvFailure(f"client has no blob {blob_id.hex()}")
+        if hashlib.sha256(data).digest() != blob_id:
+            raise KvFailure(f"blob {blob_id.hex()} failed its SHA-256 check")
+        if expected_len is not None and len(data) != expected_len:
+            raise KvFailure(f"blob {blob_id.hex()} is {len(data)} bytes, expected {expected_len}")
+        self.acked.add(blob_id)
+        return data
+
     def on_client(self, msg: agent.KvClientMessage) -> bool:
         """Route one kv_client_message; False when it answers nothing we wait for (late or unknown)."""
+        got = self._gets.pop(msg.id, None)
+        if got is not None:
+            done, holder = got
+            result = msg.get_blob_result
+            holder.append(result.blob_data if result is not None else None)
+            done.set()
+            return True
         entry = self._waiting.pop(msg.id, None)
         if entry is None:
             return False

@@ -8,6 +8,7 @@ currently attached) and the ordered inbox of client messages for the run task.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Literal
 
 import trio
@@ -31,7 +32,8 @@ class RunSlot:
         self.closed = False  # the end-stream frame has been queued
         self.finished = trio.Event()  # the run task has ended
         self._attached: trio.CancelScope | None = None
-        self.attached_event = trio.Event()
+        self.attached_event = trio.Event()  # set when a RunSSE (re)attaches
+        self.cancel_run: Callable[[], None] | None = None  # set while the run task lives
 
     # --- run side -------------------------------------------------------------
     def send(self, message: bytes) -> None:
@@ -62,9 +64,13 @@ class RunSlot:
         self._attached = scope
         self.attached_event.set()
 
-    def detach(self, scope: trio.CancelScope) -> None:
+    def detach(self, scope: trio.CancelScope) -> bool:
+        """Returns True when this was the attached stream (no newer RunSSE took over)."""
         if self._attached is scope:
             self._attached = None
+            self.attached_event = trio.Event()
+            return True
+        return False
 
     @property
     def attached(self) -> bool:

@@ -200,7 +200,7 @@ def test_invalid_toml_has_line_and_column(tmp_path: Path) -> None:
         (
             "[server]\nprot = 1",
             "server.prot: unknown key (allowed: host, port, data_dir, upstream, "
-            "heartbeat_s, kv_ack_timeout_s, max_body_bytes, provider_max_tries, provider_retry_base_s)",
+            "heartbeat_s, kv_ack_timeout_s, max_body_bytes, provider_max_tries, provider_retry_base_s, reconnect_grace_s, shutdown_grace_s)",
         ),
         (
             MINIMAL_PROVIDER + 'apikey = "x"',

@@ -120,7 +120,6 @@ def test_user_message_action_without_user_message_is_invalid_argument() -> None:
 @pytest.mark.parametrize(
     "action",
     [
-        agent.ConversationAction(resume_action=agent.ResumeAction()),
         agent.ConversationAction(cancel_action=agent.CancelAction(reason="x")),
         agent.ConversationAction(summarize_action=agent.SummarizeAction()),
     ],
@@ -128,6 +127,27 @@ def test_user_message_action_without_user_message_is_invalid_argument() -> None:
 def test_unsupported_action_is_unimplemented(action: agent.ConversationAction) -> None:
     err = error_of(request(action=action))
     assert err.code == "unimplemented"
+
+
+def test_resume_action_carries_its_request_context() -> None:
+    ctx = agent.RequestContext(env=agent.RequestContextEnv(os_version="linux"))
+    start = parse_run_request(
+        "r", request(action=agent.ConversationAction(resume_action=agent.ResumeAction(request_context=ctx)))
+    )
+    assert start.action == "resume_action"
+    assert start.user_message is None
+    assert start.request_context is not None and start.request_context.env.os_version == "linux"
+
+
+def test_background_completion_needs_task_ids() -> None:
+    empty = agent.ConversationAction(background_task_completion_action=agent.BackgroundTaskCompletionAction())
+    assert error_of(request(action=empty)).code == "invalid_argument"
+    done = agent.BackgroundTaskCompletion(task_id="sub-1", kind=agent.BackgroundTaskKind.SUBAGENT)
+    action = agent.ConversationAction(
+        background_task_completion_action=agent.BackgroundTaskCompletionAction(completions=[done])
+    )
+    start = parse_run_request("r", request(action=action))
+    assert [c.task_id for c in start.completions] == ["sub-1"]
 
 
 def test_model_is_checked_before_the_action() -> None:
