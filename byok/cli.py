@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+import attrs
 import trio
 
 from byok.config import Config, ConfigError, load_config
@@ -43,6 +44,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ConfigError as e:
         print(f"byok: {e}", file=sys.stderr)
         return 2
+    if args.proxy:
+        config = attrs.evolve(config, proxy=attrs.evolve(config.proxy, enabled=True))
     logging.basicConfig(
         level=os.environ.get("BYOK_LOG_LEVEL", "INFO"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -108,17 +111,57 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return trio.run(main)
 
 
+def cmd_cursor_command(args: argparse.Namespace) -> int:
+    from byok.cursor_setup import cursor_command_text, local_url
+
+    try:
+        config = _load(args)
+    except ConfigError as e:
+        print(f"byok: {e}", file=sys.stderr)
+        return 2
+    print(cursor_command_text(local_url(config.server.host, config.server.port)), end="")
+    return 0
+
+
+def cmd_ca_install(args: argparse.Namespace) -> int:
+    from byok.cursor_setup import ca_install_text, local_url
+    from byok.http.ca import LocalCA
+
+    try:
+        config = _load(args)
+    except ConfigError as e:
+        print(f"byok: {e}", file=sys.stderr)
+        return 2
+    ca = LocalCA.load_or_create(config.server.data_dir)
+    print(ca_install_text(ca.cert_path, local_url(config.proxy.host, config.proxy.port)), end="")
+    return 0
+
+
+def _config_flags(p: argparse.ArgumentParser, *, listen: bool = True) -> None:
+    p.add_argument("--config", help="TOML config file (default: $BYOK_CONFIG or ~/.config/byok/config.toml)")
+    p.add_argument("--data-dir")
+    if listen:
+        p.add_argument("--host")
+        p.add_argument("--port", type=int)
+    else:
+        p.set_defaults(host=None, port=None)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="byok", description="Run Cursor's agent on your own LLM account.")
     sub = p.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the daemon")
-    serve.add_argument(
-        "--config", help="TOML config file (default: $BYOK_CONFIG or ~/.config/byok/config.toml)"
-    )
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
-    serve.add_argument("--data-dir")
+    _config_flags(serve)
+    serve.add_argument("--proxy", action="store_true", help="also listen as an HTTPS proxy with byok's CA")
     serve.set_defaults(func=cmd_serve)
+    cc = sub.add_parser("cursor-command", help="print the command that starts Cursor with byok as backend")
+    _config_flags(cc)
+    cc.set_defaults(func=cmd_cursor_command)
+    ca = sub.add_parser("ca", help="byok's local certificate authority (proxy mode)")
+    ca_sub = ca.add_subparsers(dest="ca_command", required=True)
+    install = ca_sub.add_parser("install", help="print (not run) the commands that trust byok's CA")
+    _config_flags(install, listen=False)
+    install.set_defaults(func=cmd_ca_install)
     sim = sub.add_parser("simulate", help="drive one agent turn against a running daemon, like Cursor would")
     sim.add_argument("prompt")
     sim.add_argument("--url", default="http://127.0.0.1:8790")

@@ -1,4 +1,5 @@
-"""byok's TOML configuration: one ``[server]`` table, ``[[providers]]`` and ``[[models]]``.
+"""byok's TOML configuration: ``[server]``, ``[[providers]]``, ``[[models]]``, and the optional
+``[models_list]`` (where byok's models go in Cursor's picker) and ``[proxy]`` tables.
 
 Validation is strict (unknown keys are errors at every level) because a typo such as
 ``upstream_modle`` would otherwise silently fall back to a default and surface much later
@@ -30,6 +31,10 @@ DEFAULT_UPSTREAM: Final = "https://api2.cursor.sh"
 DEFAULT_HEARTBEAT_S: Final = 5.0
 DEFAULT_KV_ACK_TIMEOUT_S: Final = 30.0
 DEFAULT_MAX_BODY_BYTES: Final = 32 * 1024 * 1024
+DEFAULT_PROXY_PORT: Final = 8791
+DEFAULT_PROXY_INTERCEPT: Final = ("*.cursor.sh",)
+Placement = Literal["first", "last"]
+PLACEMENTS: Final[tuple[str, ...]] = get_args(Placement)
 
 DEFAULTS_SOURCE: Final = "<defaults>"
 OVERRIDES_SOURCE: Final = "<command line>"
@@ -100,6 +105,36 @@ class ModelConfig:
     display_name: str | None = None
     max_output_tokens: int | None = None
     replay_reasoning: bool = True
+    # Listed in Cursor's model picker (and the CLI's model list) when true.
+    enabled: bool = True
+    # Shown to Cursor as a thinking (reasoning) model.
+    thinking: bool = False
+
+
+@attrs.frozen
+class ModelsListConfig:
+    """``[models_list]``: how byok's models are merged into Cursor's model list."""
+
+    placement: Placement = "first"
+
+
+@attrs.frozen
+class ProxyConfig:
+    """``[proxy]``: the optional HTTPS (CONNECT) proxy listener with byok's local CA."""
+
+    enabled: bool = False
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PROXY_PORT
+    # Host patterns (fnmatch, case-insensitive) whose TLS byok terminates; others are tunnelled.
+    intercept: tuple[str, ...] = DEFAULT_PROXY_INTERCEPT
+
+
+@attrs.frozen
+class LoggingConfig:
+    """``[logging]``: what provider-call records keep beyond the request (always stored)."""
+
+    # Also store each call's raw response stream (capped at 8 MiB) in llm_calls.response_capture.
+    detailed: bool = False
 
 
 @attrs.frozen
@@ -108,6 +143,13 @@ class Config:
     providers: tuple[ProviderConfig, ...]
     models: tuple[ModelConfig, ...]
     source: str
+    models_list: ModelsListConfig = attrs.field(factory=ModelsListConfig)
+    proxy: ProxyConfig = attrs.field(factory=ProxyConfig)
+    logging: LoggingConfig = attrs.field(factory=LoggingConfig)
+
+    def enabled_models(self) -> tuple[ModelConfig, ...]:
+        """The models Cursor is shown, in config order."""
+        return tuple(m for m in self.models if m.enabled)
 
     def model(self, model_id: str) -> ModelConfig | None:
         return next((m for m in self.models if m.id == model_id), None)
@@ -189,6 +231,18 @@ class _Table:
         assert value is None or isinstance(value, bool)
         return value
 
+    def strings(self, key: str) -> list[str] | None:
+        value = self._get(key, False, lambda v: isinstance(v, list), "array of strings")
+        assert value is None or isinstance(value, list)
+        if value is None:
+            return None
+        for i, item in enumerate(value):
+            if not isinstance(item, str):
+                raise self.error(f"{key}[{i}]", f"expected string, got {_type_name(item)}")
+            if not item.strip():
+                raise self.error(f"{key}[{i}]", "must not be empty")
+        return list(value)
+
     def tables(self, key: str) -> list[_Table]:
         value = self._get(key, False, lambda v: isinstance(v, list), "array of tables")
         assert value is None or isinstance(value, list)
@@ -248,7 +302,12 @@ _MODEL_KEYS = (
     "display_name",
     "max_output_tokens",
     "replay_reasoning",
+    "enabled",
+    "thinking",
 )
+_MODELS_LIST_KEYS = ("placement",)
+_PROXY_KEYS = ("enabled", "host", "port", "intercept")
+_LOGGING_KEYS = ("detailed",)
 _OVERRIDE_KEYS = ("host", "port", "data_dir")
 
 
@@ -321,7 +380,33 @@ def _model(t: _Table) -> ModelConfig:
         display_name=t.string("display_name"),
         max_output_tokens=t.integer("max_output_tokens"),
         replay_reasoning=_pick(t.boolean("replay_reasoning"), True),
+        enabled=_pick(t.boolean("enabled"), True),
+        thinking=_pick(t.boolean("thinking"), False),
     )
+
+
+def _models_list(t: _Table) -> ModelsListConfig:
+    t.check_keys(_MODELS_LIST_KEYS)
+    placement = _pick(t.string("placement"), "first")
+    if placement not in PLACEMENTS:
+        raise t.error("placement", f"expected one of: {', '.join(PLACEMENTS)}, got {placement!r}")
+    return ModelsListConfig(placement=placement)  # type: ignore[arg-type]  # checked above
+
+
+def _proxy(t: _Table) -> ProxyConfig:
+    t.check_keys(_PROXY_KEYS)
+    intercept = t.strings("intercept")
+    return ProxyConfig(
+        enabled=_pick(t.boolean("enabled"), False),
+        host=_pick(t.string("host"), DEFAULT_HOST),
+        port=_pick(_check_port(t, "port", t.integer("port", minimum=None)), DEFAULT_PROXY_PORT),
+        intercept=DEFAULT_PROXY_INTERCEPT if intercept is None else tuple(p.strip() for p in intercept),
+    )
+
+
+def _logging(t: _Table) -> LoggingConfig:
+    t.check_keys(_LOGGING_KEYS)
+    return LoggingConfig(detailed=_pick(t.boolean("detailed"), False))
 
 
 def _unique_ids(source: str, section: str, ids: list[str]) -> None:
@@ -338,7 +423,7 @@ def _unique_ids(source: str, section: str, ids: list[str]) -> None:
 
 def _build(source: str, data: Mapping[str, object], overrides: Mapping[str, object]) -> Config:
     root = _Table(source, "", data)
-    root.check_keys(("server", "providers", "models"))
+    root.check_keys(("server", "providers", "models", "models_list", "proxy", "logging"))
     server = _server(root.table("server"), overrides)
     providers = [_provider(t) for t in root.tables("providers")]
     _unique_ids(source, "providers", [p.id for p in providers])
@@ -351,7 +436,15 @@ def _build(source: str, data: Mapping[str, object], overrides: Mapping[str, obje
             raise ConfigError(
                 source, f"models[{i}].provider", f"unknown provider {m.provider!r} (known: {listing})"
             )
-    return Config(server=server, providers=tuple(providers), models=tuple(models), source=source)
+    return Config(
+        server=server,
+        providers=tuple(providers),
+        models=tuple(models),
+        source=source,
+        models_list=_models_list(root.table("models_list")),
+        proxy=_proxy(root.table("proxy")),
+        logging=_logging(root.table("logging")),
+    )
 
 
 def load_config(path: Path | None, *, overrides: Mapping[str, object] | None = None) -> Config:

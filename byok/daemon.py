@@ -13,8 +13,13 @@ from byok.cursor.prompting import default_prompt_root, load_prompt_assets
 from byok.cursor.tools.catalog import load_tool_catalog, mode_tools
 from byok.cursor.tools.registry import build_registry
 from byok.http.app import App
+from byok.http.ca import LocalCA
 from byok.http.forwarder import Forwarder
+from byok.http.model_list import ModelListRoutes
+from byok.http.offline import OfflineAnswers, UpstreamHealth
+from byok.http.proxy import serve_proxy
 from byok.http.serve import serve_app
+from byok.run.call_log import DRAIN_TIMEOUT_S, CallLog
 from byok.run.runner import RunDeps, ToolSetup
 from byok.store import AsyncStore
 
@@ -49,22 +54,52 @@ async def run_daemon(
         specs_by_mode={mode: mode_tools(root, mode, catalog) for mode in prompts},
     )
     store = await AsyncStore.open(config.server.data_dir)
+    call_log = CallLog(store, detailed=config.logging.detailed)
     try:
         async with provider_client() as http, upstream_client() as up, trio.open_nursery() as nursery:
-            deps = RunDeps(config=config, store=store, prompts=prompts, tools=tools, http=http)
+            # Call records are written by this task; cancelling the nursery makes it drain its queue.
+            await nursery.start(call_log.run)
+            deps = RunDeps(
+                config=config, store=store, prompts=prompts, tools=tools, http=http, call_log=call_log
+            )
             forwarder = Forwarder(config.server.upstream, up, logging.getLogger("byok.forward"))
-            app = App(config=config, deps=deps, nursery=nursery, forward=forwarder)
+            health = UpstreamHealth(config.server.upstream, up)
+            app = App(
+                config=config,
+                deps=deps,
+                nursery=nursery,
+                forward=forwarder,
+                model_list=ModelListRoutes(config, up, config.server.upstream, health=health),
+                offline=OfflineAnswers(config),
+                health=health,
+            )
             base_url, stop_server = await serve_app(
                 app, host=config.server.host, port=config.server.port, nursery=nursery
             )
             log.info("byok listening on %s (data dir %s)", base_url, config.server.data_dir)
+            stop_proxy: Callable[[], None] | None = None
+            if config.proxy.enabled:
+                ca = LocalCA.load_or_create(config.server.data_dir)
+                proxy_url, stop_proxy = await serve_proxy(
+                    app,
+                    host=config.proxy.host,
+                    port=config.proxy.port,
+                    intercept=config.proxy.intercept,
+                    ca=ca,
+                    nursery=nursery,
+                )
+                log.info("byok HTTPS proxy listening on %s (CA %s)", proxy_url, ca.cert_path)
             stop = trio.Event()
             task_status.started((base_url, stop.set))
             await stop.wait()
             log.info("shutting down: waiting up to %gs for active runs", config.server.shutdown_grace_s)
             await app.shutdown(config.server.shutdown_grace_s)
+            if stop_proxy is not None:
+                stop_proxy()
             stop_server()
             nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
+            with trio.move_on_after(DRAIN_TIMEOUT_S):
+                await call_log.flush()  # records of runs that ended after the writer stopped
             await store.aclose()

@@ -24,6 +24,13 @@ ROOTS = {
         "AgentConversationTurn",
         "ConversationStep",
         "UserMessage",
+        # Model list (issue 7): AiService serves these same agent.v1 shapes too.
+        "GetUsableModelsRequest",
+        "GetUsableModelsResponse",
+        "GetDefaultModelForCliRequest",
+        "GetDefaultModelForCliResponse",
+        # Offline answers (PROTOCOL 1.1).
+        "UpdateConversationMetadataResponse",
     ],
     "aiserver.v1": [
         "BidiRequestId",
@@ -36,6 +43,24 @@ ROOTS = {
         "AvailableModelsResponse",
         "IsConnectedRequest",
         "IsConnectedResponse",
+        "GetDefaultModelRequest",
+        "GetDefaultModelResponse",
+        # Offline answers (PROTOCOL 1.1). GetServerConfigResponse and
+        # GetEffectiveUserPluginsResponse are left out on purpose: byok only ever sends their
+        # empty encoding, and their closures would add ~60 messages.
+        "GetDefaultModelNudgeDataResponse",
+        "GetMeResponse",
+        "GetTeamsResponse",
+        "GetUserProfileResponse",
+        "GetCurrentPeriodUsageResponse",
+        "GetUsageLimitStatusAndActiveGrantsResponse",
+        "GetUserPrivacyModeResponse",
+        "AvailableDocsResponse",
+        "KnowledgeBaseListResponse",
+        "KnowledgeBaseAddResponse",
+        "KnowledgeBaseUpdateResponse",
+        "KnowledgeBaseRemoveResponse",
+        "WriteGitCommitMessageResponse",
     ],
 }
 # Fields seen in captured Cursor traffic that the reference schema predates (seeds 000 §21).

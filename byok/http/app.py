@@ -31,6 +31,8 @@ from byok.http.connect_envelope import (
     encode_frame,
     end_stream_error,
 )
+from byok.http.model_list import ModelListRoutes
+from byok.http.offline import OfflineAnswers, UpstreamHealth
 from byok.pb.agent import v1 as agent
 from byok.pb.aiserver import v1 as aiserver
 from byok.run.bidi_order import OrderBufferFull
@@ -59,8 +61,21 @@ def decode_agent_message(data: str) -> agent.AgentClientMessage | None:
 
 
 class App:
-    def __init__(self, *, config: Config, deps: RunDeps, nursery: trio.Nursery, forward: Any) -> None:
+    def __init__(
+        self,
+        *,
+        config: Config,
+        deps: RunDeps,
+        nursery: trio.Nursery,
+        forward: Any,
+        model_list: ModelListRoutes | None = None,
+        offline: OfflineAnswers | None = None,
+        health: UpstreamHealth | None = None,
+    ) -> None:
         self.config = config
+        self.model_list = model_list
+        self.offline = offline
+        self.health = health
         self.deps = deps
         self.nursery = nursery
         self.forward = forward
@@ -87,10 +102,17 @@ class App:
                 await self.bidi_append(scope, receive, send)
             elif path == HEALTHZ and method == "GET":
                 await respond_json(send, 200, {"status": "ok", "models": [m.id for m in self.config.models]})
+            elif self.model_list is not None and await self.model_list.handle(scope, receive, send):
+                pass
+            elif self.offline is not None and self.offline.matches(scope) and not await self._upstream_ok():
+                await self.offline.handle(scope, receive, send, upstream_ok=False)
             else:
                 await self.forward(scope, receive, send)
         except ClientGone:
             return
+
+    async def _upstream_ok(self) -> bool:
+        return self.health is None or await self.health.reachable()
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:

@@ -21,6 +21,7 @@ import httpx
 import trio
 
 from byok.http.connect_envelope import ConnectError, unary_error_body
+from byok.http.proxy import upstream_for
 from byok.http.serve import Receive, Scope, Send
 
 # RFC 9110 §7.6.1 connection-specific fields, plus Host (httpx derives it from the upstream
@@ -202,7 +203,7 @@ class Forwarder:
         )
         request = httpx.Request(
             scope["method"],
-            upstream_url(self._base, scope),
+            upstream_url(upstream_for(scope, self._base), scope),
             headers=headers,
             content=body.stream(first) if more else first,
         )

@@ -34,6 +34,7 @@ async def stream_with_retries(
     base_delay_s: float = 0.5,
     max_delay_s: float = 8.0,
     on_attempt: OnAttempt | None = None,
+    capture: bytearray | None = None,
 ) -> CallStats:
     """``stream_call`` with up to ``max_tries`` attempts, every one sending ``body`` as is.
 
@@ -41,14 +42,19 @@ async def stream_with_retries(
     counts from 1; ``error`` is None for the successful one), so every provider call can be
     recorded. A cancelled attempt is not reported: the canceller owns that outcome. Returns
     the successful attempt's stats; raises the last attempt's ProviderError.
+
+    ``capture``: cleared at the start of every attempt and passed to ``stream_call``, so it
+    ends up holding the last attempt's raw response bytes (capped).
     """
     attempt = 0
     while True:
         attempt += 1
         stats = CallStats()
         gate = _HoldStarted(on_events)
+        if capture is not None:
+            capture.clear()
         try:
-            await stream_call(client, endpoint, body, new_parser(), gate, stats=stats)
+            await stream_call(client, endpoint, body, new_parser(), gate, stats=stats, capture=capture)
         except ProviderError as e:
             if on_attempt is not None:
                 await on_attempt(attempt, stats, e)

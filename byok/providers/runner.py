@@ -24,6 +24,8 @@ from byok.model.events import (
 from byok.providers.http_errors import http_error
 
 _MAX_ERROR_BODY = 64 * 1024
+# Cap on ``stream_call(capture=...)``: a detailed call record keeps at most this much of a response.
+MAX_CAPTURE_BYTES = 8 * 1024 * 1024
 # Events that mean the model produced output (what time-to-first-token measures).
 _OUTPUT_EVENTS = (TextDelta, ThinkingDelta, ToolCallStarted, ToolCallArgsDelta)
 
@@ -59,12 +61,15 @@ async def stream_call(
     clock: Callable[[], float] = trio.current_time,
     *,
     stats: CallStats | None = None,
+    capture: bytearray | None = None,
 ) -> CallStats:
     """POST ``body`` and stream the response through ``parser`` into ``on_events``.
 
     Raises ProviderError for non-2xx statuses, transport failures and whatever the parser
     rejects. Pass ``stats`` to have it filled in place, so that a failed or cancelled call
-    still reports its status, timings and byte counts.
+    still reports its status, timings and byte counts. Pass ``capture`` to have the response
+    body (after content decoding; error bodies too) appended to it, up to MAX_CAPTURE_BYTES
+    in all; ``stats.bytes`` larger than what was captured means the capture was cut.
     """
     stats = CallStats() if stats is None else stats
     start = clock()
@@ -73,13 +78,15 @@ async def stream_call(
             stats.status = resp.status_code
             stats.ttfb_s = clock() - start
             if not 200 <= resp.status_code < 300:
-                raise http_error(resp.status_code, await _read_capped(resp), resp.headers.get("retry-after"))
+                error_body = _captured(capture, await _read_capped(resp))
+                raise http_error(resp.status_code, error_body, resp.headers.get("retry-after"))
             if resp.headers.get("content-type", "").startswith("application/json"):
                 # A 200 JSON body instead of a stream is some gateways' way to report errors.
-                err = http_error(resp.status_code, await _read_capped(resp), None)
+                err = http_error(resp.status_code, _captured(capture, await _read_capped(resp)), None)
                 raise ProviderError(f"expected an event stream, got JSON: {err.message}", status=200)
             async for chunk in resp.aiter_bytes():
                 stats.bytes += len(chunk)
+                _captured(capture, chunk)
                 await _deliver(parser.feed(chunk), stats, start, clock, on_events)
             await _deliver(parser.end(), stats, start, clock, on_events)
     except httpx.RequestError as e:
@@ -87,6 +94,12 @@ async def stream_call(
     finally:
         stats.duration_s = clock() - start
     return stats
+
+
+def _captured(capture: bytearray | None, data: bytes) -> bytes:
+    if capture is not None and len(capture) < MAX_CAPTURE_BYTES:
+        capture += data[: MAX_CAPTURE_BYTES - len(capture)]
+    return data
 
 
 def _headers(endpoint: Endpoint) -> list[tuple[str, str]]:

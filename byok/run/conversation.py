@@ -12,12 +12,11 @@ from byok.cursor.checkpoint import Blob
 class ConversationMemory:
     """What the daemon remembers about a conversation's client between runs.
 
-    ``acked`` are the blob ids the client's KV store acknowledged; ``turns`` are the turn
-    blob ids of the last published checkpoint. ``roots`` caches root blobs by message id.
+    ``acked`` are the blob ids the client's KV store acknowledged (a restart forgets them and
+    simply sends blobs again); ``roots`` caches root blobs by message id.
     """
 
     acked: set[bytes] = attrs.Factory(set)
-    turns: tuple[bytes, ...] = ()
     roots: dict[bytes, Blob] = attrs.Factory(dict)
 
 

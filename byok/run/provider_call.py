@@ -2,7 +2,8 @@
 
 The adapter (byok/providers) owns the endpoint's JSON; the loop's ModelCall folds events
 into emits and the assistant message; this module turns emits into Cursor frames (including
-the tool-card placeholders and the live edit content) and records the call.
+the tool-card placeholders and the live edit content) and records the call (queued on the
+CallLog, never awaited).
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ from byok.loop.model_call import ModelCall, ModelCallResult, ModelProtocolError
 from byok.model import events as ev
 from byok.model.messages import canonical_json
 from byok.model.request import ModelRequest
+from byok.model.usage import Usage
 from byok.providers.adapters import Adapter
 from byok.providers.retry import stream_with_retries
-from byok.providers.runner import CallStats
+from byok.providers.runner import CallStats, StreamParser
+from byok.run.call_log import CallLog, cache_hit_share, error_kind, redact_body
 from byok.store import AsyncStore, LlmCallRecord
 
 log = logging.getLogger("byok.provider")
@@ -52,11 +55,14 @@ class CallContext:
     registry: Mapping[str, ToolDef]
     send: Callable[[bytes], None]
     wall_ms: Callable[[], int]
+    call_log: CallLog
     max_tries: int = 4
     retry_base_s: float = 0.5
 
 
 async def call_model(ctx: CallContext, request: ModelRequest) -> ModelCallResult:
+    decided_at = trio.current_time()  # queue time runs from here to the request going out
+    decided_ms = ctx.wall_ms()
     body = ctx.adapter.build_request(request)
     endpoint = ctx.adapter.endpoint(ctx.base_url, ctx.api_key)
     call = ModelCall(model_call_id=str(uuid.uuid4()))
@@ -89,76 +95,113 @@ async def call_model(ctx: CallContext, request: ModelRequest) -> ModelCallResult
             for emit in call.handle(event, now):
                 show(emit)
 
-    attempts: list[tuple[CallStats, ev.ProviderError | None]] = []
+    trace = _Attempts()
+
+    def new_parser() -> StreamParser:
+        # stream_with_retries asks for a parser immediately before each attempt's request.
+        trace.sent_at.append(trio.current_time())
+        return ctx.adapter.new_parser()
 
     async def on_attempt(n: int, stats: CallStats, error: ev.ProviderError | None) -> None:
-        attempts.append((stats, error))
+        trace.reported.append((n, stats))
 
-    started_ms = ctx.wall_ms()
+    capture = bytearray() if ctx.call_log.detailed else None
     failure: ConnectError | None = None
-    status = "ok"
+    exc: BaseException | None = None
     try:
         await stream_with_retries(
             ctx.http,
             endpoint,
             body,
-            ctx.adapter.new_parser,
+            new_parser,
             on_events,
             max_tries=ctx.max_tries,
             base_delay_s=ctx.retry_base_s,
             on_attempt=on_attempt,
+            capture=capture,
         )
         result = call.result()
     except ev.ProviderError as e:
-        status, failure = "error", ConnectError("unavailable", e.message, provider_error_details(e.message))
+        exc, failure = e, ConnectError("unavailable", e.message, provider_error_details(e.message))
     except ModelProtocolError as e:
         text = f"provider stream broke protocol: {e}"
-        status, failure = "error", ConnectError("unavailable", text, provider_error_details(text))
-    except trio.Cancelled:
-        status = "canceled"
+        exc, failure = e, ConnectError("unavailable", text, provider_error_details(text))
+    except BaseException as e:  # cancellation, or a bug: recorded, then re-raised
+        exc = e
         raise
     finally:
-        with trio.CancelScope(shield=True):
-            stats = attempts[-1][0] if attempts else CallStats()
-            usage = call.result().usage if status == "ok" else None
-            await _record(ctx, body, started_ms, stats, status, failure, usage)
+        # Never wait on SQLite here: the record is queued and written by the CallLog's task.
+        try:
+            usage = call.result().usage if exc is None else None
+            ctx.call_log.submit(
+                _call_record(ctx, body, decided_ms, decided_at, trace, exc, failure, usage, capture)
+            )
+        except Exception:
+            log.exception("could not record a provider call of request %s", ctx.request_id)
     if failure is not None:
         raise ProviderCallFailed(failure)
     return result
 
 
-async def _record(
+@attrs.define
+class _Attempts:
+    sent_at: list[float] = attrs.Factory(list)  # trio time each attempt's request started
+    reported: list[tuple[int, CallStats]] = attrs.Factory(list)  # from on_attempt
+
+
+def _call_record(
     ctx: CallContext,
     body: bytes,
-    started_ms: int,
-    stats: CallStats,
-    status: str,
+    decided_ms: int,
+    decided_at: float,
+    trace: _Attempts,
+    exc: BaseException | None,
     failure: ConnectError | None,
-    usage: object,
-) -> None:
+    usage: Usage | None,
+    capture: bytearray | None,
+) -> LlmCallRecord:
     def ms(s: float | None) -> int | None:
         return None if s is None else round(s * 1000)
 
+    attempts = max(len(trace.sent_at), trace.reported[-1][0] if trace.reported else 0)
+    if trace.reported and len(trace.reported) == len(trace.sent_at):
+        stats = trace.reported[-1][1]
+    else:
+        # The last attempt ended without a report (cancelled, or the stream broke the event
+        # contract): its stats stay inside stream_with_retries; only its duration is known here.
+        stats = CallStats()
+        if trace.sent_at:
+            stats.duration_s = trio.current_time() - trace.sent_at[-1]
+    if isinstance(exc, trio.Cancelled):
+        status, message = "canceled", None
+    elif exc is not None:
+        status = "error"
+        message = failure.message if failure is not None else f"{type(exc).__name__}: {exc}"
+    else:
+        status, message = "ok", None
     parsed = json.loads(body)
     messages = parsed.get("messages", parsed.get("input", []))
-    await ctx.store.record_llm_call(
-        LlmCallRecord(
-            request_id=ctx.request_id,
-            conversation_id=ctx.conversation_id,
-            provider_id=ctx.provider_id,
-            model=str(parsed.get("model", "")),
-            request_body=body,
-            request_sha256=hashlib.sha256(body).hexdigest(),
-            messages_sha256=hashlib.sha256(canonical_json(messages)).hexdigest(),
-            status=status,  # type: ignore[arg-type]
-            started_at_ms=started_ms,
-            duration_ms=ms(stats.duration_s),
-            error=failure.message if failure else None,
-            http_status=stats.status,
-            ttfb_ms=ms(stats.ttfb_s),
-            ttft_ms=ms(stats.ttft_s),
-            event_count=stats.events,
-            byte_count=stats.bytes,
-            usage=usage,  # type: ignore[arg-type]
-        )
+    return LlmCallRecord(
+        request_id=ctx.request_id,
+        conversation_id=ctx.conversation_id,
+        provider_id=ctx.provider_id,
+        model=str(parsed.get("model", "")),
+        request_body=redact_body(body),
+        request_sha256=hashlib.sha256(body).hexdigest(),
+        messages_sha256=hashlib.sha256(canonical_json(messages)).hexdigest(),
+        status=status,  # type: ignore[arg-type]
+        started_at_ms=decided_ms,
+        duration_ms=ms(stats.duration_s),
+        error=message,
+        http_status=stats.status,
+        ttfb_ms=ms(stats.ttfb_s),
+        ttft_ms=ms(stats.ttft_s),
+        event_count=stats.events,
+        byte_count=stats.bytes,
+        usage=usage,
+        queue_ms=ms(trace.sent_at[-1] - decided_at) if trace.sent_at else None,
+        attempts=attempts,
+        error_kind=error_kind(exc, stats.status),
+        cache_hit_share=cache_hit_share(usage),
+        response_capture=None if capture is None else bytes(capture),
     )

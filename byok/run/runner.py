@@ -26,8 +26,15 @@ import trio
 
 from byok.config import Config, ModelConfig, ProviderConfig
 from byok.cursor import encode, tool_frames
+from byok.cursor.background import (
+    completion_event_id,
+    completion_message,
+    is_subagent_finished,
+    simulated_user_message,
+)
 from byok.cursor.checkpoint import (
     Blob,
+    Checkpoint,
     TurnRecord,
     assistant_step,
     build_checkpoint,
@@ -46,7 +53,10 @@ from byok.model.request import ModelRequest, ModelSettings, ToolSpec
 from byok.model.usage import Usage
 from byok.pb.agent import v1 as agent
 from byok.providers.adapters import adapter_for
+from byok.run.call_log import CallLog
 from byok.run.conversation import ConversationMemory, ConversationSupervisor
+from byok.run.crash import crash_point
+from byok.run.history import StartFailed, fetch_turn, import_history, resume_point
 from byok.run.kv import KvFailure, KvLink
 from byok.run.provider_call import CallContext, ProviderCallFailed, call_model
 from byok.run.slot import RunSlot
@@ -70,6 +80,7 @@ class RunDeps:
     prompts: dict[str, ModeAssets]
     tools: ToolSetup
     http: httpx.AsyncClient
+    call_log: CallLog
     wall_ms: Callable[[], int] = attrs.field(default=lambda: int(time.time() * 1000))
 
 
@@ -102,6 +113,8 @@ class Run:
         self.assets = deps.prompts[self.mode]
         self.tool_specs = deps.tools.specs_by_mode.get(self.mode, ())
         self.head: Head | None = None
+        self.prior_turns: tuple[bytes, ...] = ()
+        self.details = agent.ConversationTokenDetails(max_tokens=self.model.context_tokens)
 
     # --- lifecycle ------------------------------------------------------------------
     async def run(self, scope: trio.CancelScope) -> None:
@@ -164,26 +177,18 @@ class Run:
 
     # --- the turn ----------------------------------------------------------------------
     async def _turn(self) -> None:
-        st = self.start
-        store = self.deps.store
-        self.head = await store.head(st.conversation_id)
-        event_id = f"run-request:{st.request_id}"
-        if await store.runtime_event_message(st.conversation_id, event_id) is None:
-            assert st.user_message is not None
-            runtime = build_runtime_message(
-                self.assets.runtime_template,
-                request_id=st.request_id,
-                user_message=st.user_message,
-                request_context=st.request_context,
-                now_iso=iso_utc(self.deps.wall_ms()),
-                time_zone=None,
-            )
-            await self._append([runtime], event_id=event_id, input_id=st.user_message.message_id)
-
-        turn = TurnRecord(st.request_id, bytes(st.user_message or agent.UserMessage()))
+        try:
+            turn, staged = await self._start_point()
+        except StartFailed as e:
+            raise RunFailed(e.error) from None
+        if staged is not None:
+            # Resume of a staged round: run its tools again, without calling the provider again.
+            turn = await self._execute_round(turn, staged)
         while True:
+            crash_point("provider_call_planned")
             result = await self._call_model()
             self.usage = result.usage if self.usage is None else self.usage + result.usage
+            self.details = self._token_details(result.usage)
             if result.message.thinking:
                 turn = turn.with_step(thinking_step(result.message.thinking, result.thinking_duration_ms))
             if result.message.text:
@@ -194,17 +199,87 @@ class Run:
                 return
             turn = await self._tool_round(turn, result)
 
+    async def _start_point(self) -> tuple[TurnRecord, Message | None]:
+        """Load or import the history, move the head for an edit or a resume, append the run's
+        runtime message(s) exactly once; return the turn to build and any staged round to re-run."""
+        st = self.start
+        store = self.deps.store
+        timeout = self.deps.config.server.kv_ack_timeout_s
+        state = st.client_state
+        self.head = await store.head(st.conversation_id)
+        if self.head.version == 0 and state is not None and state.root_prompt_messages_json:
+            self.head = await import_history(
+                store, self.kv, st.conversation_id, state, self.deps.wall_ms(), timeout
+            )
+            self.prior_turns = tuple(state.turns)
+        else:
+            self.prior_turns = await store.turns_at(self.head.revision_id)
+        if state is not None and state.token_details is not None:
+            self.details = state.token_details
+
+        if st.action == "resume_action":
+            if state is None or not state.root_prompt_messages_json:
+                return TurnRecord(st.request_id, bytes(agent.UserMessage())), None
+            count, staged = resume_point(self._current_head(), state)
+            await self._move_to(count)
+            turns = list(state.turns)
+            self.prior_turns = tuple(turns[:-1])
+            if not turns:
+                return TurnRecord(st.request_id, bytes(agent.UserMessage())), staged
+            return await fetch_turn(self.kv, turns[-1], timeout), staged
+
+        if st.action == "background_task_completion_action":
+            finished = [c for c in st.completions if is_subagent_finished(c)]
+            for c in finished:
+                await self._append([completion_message(c)], event_id=completion_event_id(c))
+            first = finished[0] if finished else st.completions[0]
+            return TurnRecord(st.request_id, bytes(simulated_user_message(first))), None
+
+        user = st.user_message
+        assert user is not None
+        if user.message_id:
+            seen, anchor = await store.input_anchor(st.conversation_id, user.message_id)
+            if seen and anchor != self._current_head().revision_id:
+                # An edited (or retried) message: branch from the revision before it.
+                self.head = await store.move_head(
+                    st.conversation_id, self._current_head().version, anchor, self.deps.wall_ms()
+                )
+                self.prior_turns = await store.turns_at(anchor)
+        event_id = f"run-request:{st.request_id}"
+        if await store.runtime_event_message(st.conversation_id, event_id) is None:
+            runtime = build_runtime_message(
+                self.assets.runtime_template,
+                request_id=st.request_id,
+                user_message=user,
+                request_context=st.request_context,
+                now_iso=iso_utc(self.deps.wall_ms()),
+                time_zone=None,
+            )
+            await self._append([runtime], event_id=event_id, input_id=user.message_id or None)
+        return TurnRecord(st.request_id, bytes(user)), None
+
+    async def _move_to(self, count: int) -> None:
+        head = self._current_head()
+        if count == len(head.messages):
+            return
+        target = await self.deps.store.ancestor_with_count(head.revision_id, count)
+        self.head = await self.deps.store.move_head(
+            self.start.conversation_id, head.version, target, self.deps.wall_ms()
+        )
+
     async def _tool_round(self, turn: TurnRecord, result: ModelCallResult) -> TurnRecord:
         assistant = attrs.evolve(result.message, tool_round_id=str(uuid.uuid4()))
         await self._append([assistant])
-        head = self._current_head()
-        details = self._token_details(result.usage)
-        staged = self._checkpoint(head.messages[:-1], [assistant], turn, details)
+        staged = self._checkpoint(self._current_head().messages[:-1], [assistant], turn)
         await self._put_blobs(staged.blobs)
+        crash_point("blobs_acked")
         self.slot.send(encode.checkpoint(staged.state))
+        return await self._execute_round(turn, assistant)
 
+    async def _execute_round(self, turn: TurnRecord, assistant: Message) -> TurnRecord:
         async def commit(message: Message) -> None:
             await self._append([message])
+            crash_point("tool_result_committed")
 
         completions = await ToolRound(
             router=self.router,
@@ -216,27 +291,28 @@ class Run:
         ).run(assistant.tool_calls)
         by_call = {c.call.call_id: c for c in completions}
         for call in assistant.tool_calls:  # the turn's steps keep the model's call order
-            done = by_call[call.call_id]
             if call.name in self.deps.tools.registry:
-                turn = turn.with_step(tool_frames.tool_step(done.outcome.ui))
-        settled = self._checkpoint(self._current_head().messages, [], turn, details)
+                turn = turn.with_step(tool_frames.tool_step(by_call[call.call_id].outcome.ui))
+        settled = self._checkpoint(self._current_head().messages, [], turn)
         await self._put_blobs(settled.blobs)
         self.slot.send(encode.checkpoint(settled.state))
+        crash_point("settled_checkpoint_sent")
         return turn
 
     async def _publish_final(self, turn: TurnRecord, result: ModelCallResult) -> None:
         head = self._current_head()
-        details = self._token_details(result.usage)
-        staged = self._checkpoint(head.messages[:-1], [result.message], turn, details)
-        settled = self._checkpoint(head.messages, [], turn, details)
+        staged = self._checkpoint(head.messages[:-1], [result.message], turn)
+        settled = self._checkpoint(head.messages, [], turn)
         await self._put_blobs([*staged.blobs, *settled.blobs])
-        assert self.usage is not None
+        assert self.usage is not None and settled.turn_id is not None
+        await self.deps.store.save_turns(
+            self.start.conversation_id, head.revision_id, (*self.prior_turns, settled.turn_id)
+        )
         self.slot.send(encode.turn_ended(self.usage))
+        crash_point("turn_ended_sent")
         self.slot.send(encode.checkpoint(staged.state))
         self.slot.send(encode.checkpoint(settled.state))
         self.slot.send(encode.checkpoint(settled.state))
-        assert settled.turn_id is not None
-        self.memory.turns = (*self.memory.turns, settled.turn_id)
         self.slot.close(end_stream_ok())
 
     # --- pieces -------------------------------------------------------------------------
@@ -245,19 +321,15 @@ class Run:
         return self.head
 
     def _checkpoint(
-        self,
-        stable: tuple[Message, ...],
-        pending: list[Message],
-        turn: TurnRecord,
-        details: agent.ConversationTokenDetails,
-    ):  # type: ignore[no-untyped-def]
+        self, stable: tuple[Message, ...], pending: list[Message], turn: TurnRecord
+    ) -> Checkpoint:
         return build_checkpoint(
             system_prompt=self.assets.system,
             stable=stable,
             pending=pending,
-            prior_turns=self.memory.turns,
+            prior_turns=self.prior_turns,
             turn=turn,
-            token_details=details,
+            token_details=self.details,
             mode=self.start.mode,
             root_of=self._root_of,
         )
@@ -326,6 +398,7 @@ class Run:
             registry=self.deps.tools.registry,
             send=self.slot.send,
             wall_ms=self.deps.wall_ms,
+            call_log=self.deps.call_log,
             max_tries=self.deps.config.server.provider_max_tries,
             retry_base_s=self.deps.config.server.provider_retry_base_s,
         )

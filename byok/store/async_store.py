@@ -91,6 +91,20 @@ class AsyncStore:
     ) -> Head:
         return await self.call(SQLiteStore.move_head, conversation_id, expected_version, revision_id, now_ms)
 
+    async def ancestor_with_count(self, revision_id: int | None, count: int) -> int | None:
+        return await self.call(SQLiteStore.ancestor_with_count, revision_id, count)
+
+    async def turns_at(self, revision_id: int | None) -> tuple[bytes, ...]:
+        return await self.call(SQLiteStore.turns_at, revision_id)
+
+    async def save_turns(
+        self, conversation_id: str, revision_id: int | None, turns: tuple[bytes, ...]
+    ) -> None:
+        await self.call(SQLiteStore.save_turns, conversation_id, revision_id, turns)
+
+    async def interrupt_running_runs(self, now_ms: int) -> int:
+        return await self.call(SQLiteStore.interrupt_running_runs, now_ms)
+
     async def runtime_event_message(self, conversation_id: str, event_id: str) -> Message | None:
         return await self.call(SQLiteStore.runtime_event_message, conversation_id, event_id)
 
@@ -128,8 +142,17 @@ class AsyncStore:
     async def record_llm_call(self, rec: LlmCallRecord) -> int:
         return await self.call(SQLiteStore.record_llm_call, rec)
 
+    async def record_llm_calls(self, records: Sequence[LlmCallRecord]) -> list[int]:
+        return await self.call(SQLiteStore.record_llm_calls, tuple(records))
+
     async def llm_calls(self, request_id: str) -> list[LlmCallRecord]:
         return await self.call(SQLiteStore.llm_calls, request_id)
+
+    async def last_llm_call(self, conversation_id: str) -> LlmCallRecord | None:
+        return await self.call(SQLiteStore.last_llm_call, conversation_id)
+
+    async def prefix_stats(self, conversation_id: str | None = None) -> tuple[int, int]:
+        return await self.call(SQLiteStore.prefix_stats, conversation_id)
 
     # Blobs.
 

@@ -40,8 +40,18 @@ class RunRecord:
 
 @attrs.frozen
 class LlmCallRecord:
-    """One provider call, as sent and as it ended. ``request_body`` is already redacted by the caller
-    (and None when detailed bodies are not opted in); the hashes are of what was really sent."""
+    """One provider call (all its attempts), as sent and as it ended. ``request_body`` is already
+    redacted by the caller; the hashes are of what was really sent. Timings and counts are those of
+    the last attempt; ``queue_ms`` runs from the run deciding to call to that attempt's request.
+
+    Fields after ``usage`` came with schema version 2 and are NULL on older rows:
+    ``error_kind`` is one of http_4xx, http_5xx (http_Nxx for other statuses), rate_limited,
+    connection, stream_error, protocol, canceled; ``prefix_extends`` says whether this call's
+    messages start with all of the previous call's (same conversation), None for a first call;
+    ``common_prefix_messages`` counts the leading messages both share; ``cache_hit_share`` is
+    cache_read / input tokens (input already includes cached tokens), None when no cache counts
+    were reported; ``response_capture`` holds the raw response bytes in detailed mode only.
+    """
 
     request_id: str
     conversation_id: str
@@ -60,6 +70,13 @@ class LlmCallRecord:
     event_count: int = 0
     byte_count: int = 0
     usage: Usage | None = None
+    queue_ms: int | None = None
+    attempts: int | None = None
+    error_kind: str | None = None
+    prefix_extends: bool | None = None
+    common_prefix_messages: int | None = None
+    cache_hit_share: float | None = None
+    response_capture: bytes | None = attrs.field(default=None, repr=False)
     # Assigned by the store; None on a record that has not been written yet.
     id: int | None = None
 

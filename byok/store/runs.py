@@ -95,7 +95,7 @@ def run(conn: sqlite3.Connection, request_id: str) -> RunRecord | None:
     )
 
 
-# Column order shared by the INSERT and the SELECT below.
+# Column order shared by the INSERT and the SELECTs below.
 _LLM_COLUMNS = (
     "request_id",
     "conversation_id",
@@ -113,30 +113,65 @@ _LLM_COLUMNS = (
     "ttft_ms",
     "event_count",
     "byte_count",
+    # Schema version 2.
+    "queue_ms",
+    "attempts",
+    "error_kind",
+    "prefix_extends",
+    "common_prefix_messages",
+    "cache_hit_share",
+    "response_capture",
+)
+_LLM_SELECT = f"SELECT id, {', '.join(_LLM_COLUMNS)}, {_USAGE_SELECT} FROM llm_calls"
+
+
+def _llm_values(rec: LlmCallRecord) -> tuple[Any, ...]:
+    values = [getattr(rec, c) for c in _LLM_COLUMNS]
+    extends = _LLM_COLUMNS.index("prefix_extends")
+    if values[extends] is not None:
+        values[extends] = int(values[extends])
+    return (*values, *usage_values(rec.usage))
+
+
+def _llm_record(row: tuple[Any, ...]) -> LlmCallRecord:
+    n = len(_LLM_COLUMNS)
+    fields = dict(zip(_LLM_COLUMNS, row[1 : n + 1], strict=True))
+    fields["status"] = cast(LlmCallStatus, fields["status"])
+    if fields["prefix_extends"] is not None:
+        fields["prefix_extends"] = bool(fields["prefix_extends"])
+    return LlmCallRecord(**fields, usage=usage_from_row(row[n + 1 :]), id=row[0])
+
+
+_LLM_INSERT = (
+    f"INSERT INTO llm_calls ({', '.join((*_LLM_COLUMNS, *USAGE_COLUMNS))})"
+    f" VALUES ({', '.join('?' * (len(_LLM_COLUMNS) + len(USAGE_COLUMNS)))})"
 )
 
 
 def record_llm_call(conn: sqlite3.Connection, rec: LlmCallRecord) -> int:
-    columns = (*_LLM_COLUMNS, *USAGE_COLUMNS)
-    values = (*(getattr(rec, c) for c in _LLM_COLUMNS), *usage_values(rec.usage))
-    cur = conn.execute(
-        f"INSERT INTO llm_calls ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
-        values,
-    )
+    cur = conn.execute(_LLM_INSERT, _llm_values(rec))
     assert cur.lastrowid is not None
     return cur.lastrowid
 
 
 def llm_calls(conn: sqlite3.Connection, request_id: str) -> list[LlmCallRecord]:
-    rows = conn.execute(
-        f"SELECT id, {', '.join(_LLM_COLUMNS)}, {_USAGE_SELECT} FROM llm_calls"
-        " WHERE request_id = ? ORDER BY id",
-        (request_id,),
-    ).fetchall()
-    n = len(_LLM_COLUMNS)
-    records = []
-    for row in rows:
-        fields = dict(zip(_LLM_COLUMNS, row[1 : n + 1], strict=True))
-        fields["status"] = cast(LlmCallStatus, fields["status"])
-        records.append(LlmCallRecord(**fields, usage=usage_from_row(row[n + 1 :]), id=row[0]))
-    return records
+    rows = conn.execute(f"{_LLM_SELECT} WHERE request_id = ? ORDER BY id", (request_id,)).fetchall()
+    return [_llm_record(row) for row in rows]
+
+
+def last_llm_call(conn: sqlite3.Connection, conversation_id: str) -> LlmCallRecord | None:
+    row = conn.execute(
+        f"{_LLM_SELECT} WHERE conversation_id = ? ORDER BY id DESC LIMIT 1", (conversation_id,)
+    ).fetchone()
+    return None if row is None else _llm_record(row)
+
+
+def prefix_stats(conn: sqlite3.Connection, conversation_id: str | None) -> tuple[int, int]:
+    """(calls compared with a previous call, calls whose messages extended it), for one
+    conversation or (None) all of them. First calls and pre-version-2 rows are not compared."""
+    sql = "SELECT COUNT(prefix_extends), COALESCE(SUM(prefix_extends), 0) FROM llm_calls"
+    if conversation_id is None:
+        row = conn.execute(sql).fetchone()
+    else:
+        row = conn.execute(f"{sql} WHERE conversation_id = ?", (conversation_id,)).fetchone()
+    return int(row[0]), int(row[1])

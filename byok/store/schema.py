@@ -1,8 +1,10 @@
 """Schema and connection setup for the SQLite store.
 
 The schema is versioned with ``PRAGMA user_version``. ``MIGRATIONS[i]`` upgrades a database from
-version ``i`` to ``i + 1``; version 0 is an empty file. A database written by a newer byok is refused
-rather than guessed at, because an older daemon could silently drop what it does not understand.
+version ``i`` to ``i + 1``; version 0 is an empty file. Migrations run in place when a database is
+opened (version 1 -> 2 adds the call-record columns with ALTER TABLE ADD COLUMN, keeping rows).
+A database written by a newer byok is refused rather than guessed at, because an older daemon
+could silently drop what it does not understand.
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ import os
 import sqlite3
 from pathlib import Path
 
+from byok.store import lineage
 from byok.store.errors import StoreError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 3
 
 # Usage columns shared by runs and llm_calls; NULL input_tokens means "no usage reported".
 USAGE_COLUMNS = (
@@ -124,7 +127,24 @@ _V1: tuple[str, ...] = (
     "CREATE INDEX blob_edges_by_child ON blob_edges(child_id)",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+# Version 2: call-record observability. All nullable, so rows written by version 1 read back as
+# "not recorded" (NULL) rather than as a made-up value.
+_V2: tuple[str, ...] = (
+    # Run decided to call -> the recorded (last) attempt's request started; includes retry backoff.
+    "ALTER TABLE llm_calls ADD COLUMN queue_ms INTEGER",
+    "ALTER TABLE llm_calls ADD COLUMN attempts INTEGER",
+    "ALTER TABLE llm_calls ADD COLUMN error_kind TEXT",
+    # NULL: first call of its conversation (or the previous call's messages are unknown).
+    "ALTER TABLE llm_calls ADD COLUMN prefix_extends INTEGER CHECK (prefix_extends IN (0, 1))",
+    "ALTER TABLE llm_calls ADD COLUMN common_prefix_messages INTEGER",
+    "ALTER TABLE llm_calls ADD COLUMN cache_hit_share REAL",
+    # Raw response bytes, only with [logging] detailed = true (capped; see providers/runner.py).
+    "ALTER TABLE llm_calls ADD COLUMN response_capture BLOB",
+    # The prefix meter's fallback reads a conversation's last call after a restart.
+    "CREATE INDEX llm_calls_by_conversation ON llm_calls(conversation_id, id)",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, lineage.V3)
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 

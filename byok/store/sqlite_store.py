@@ -20,8 +20,8 @@ from pathlib import Path
 from byok.model.messages import Message
 from byok.model.usage import Usage
 from byok.store import blobs as _blobs
+from byok.store import lineage, schema
 from byok.store import runs as _runs
-from byok.store import schema
 from byok.store.errors import StaleRevision, StoreError
 from byok.store.records import BlobEdge, Head, LlmCallRecord, RunRecord, RunStatus
 
@@ -195,6 +195,28 @@ class SQLiteStore:
         self._remember(head)
         return head
 
+    def ancestor_with_count(self, revision_id: int | None, count: int) -> int | None:
+        """The revision on ``revision_id``'s chain holding exactly ``count`` messages (resume points)."""
+        with self._transaction(write=False) as conn:
+            try:
+                return lineage.ancestor_with_count(conn, revision_id, count)
+            except LookupError as e:
+                raise StoreError(str(e)) from None
+
+    def turns_at(self, revision_id: int | None) -> tuple[bytes, ...]:
+        with self._transaction(write=False) as conn:
+            return lineage.turns_at(conn, revision_id)
+
+    def save_turns(self, conversation_id: str, revision_id: int | None, turns: tuple[bytes, ...]) -> None:
+        if revision_id is None:
+            raise StoreError(f"conversation {conversation_id!r} has no revision to record turns at")
+        with self._transaction(write=True) as conn:
+            lineage.save_turns(conn, revision_id, turns)
+
+    def interrupt_running_runs(self, now_ms: int) -> int:
+        with self._transaction(write=True) as conn:
+            return lineage.interrupt_running_runs(conn, now_ms)
+
     def runtime_event_message(self, conversation_id: str, event_id: str) -> Message | None:
         with self._transaction(write=False) as conn:
             row = conn.execute(
@@ -325,9 +347,24 @@ class SQLiteStore:
         with self._transaction(write=True) as conn:
             return _runs.record_llm_call(conn, rec)
 
+    def record_llm_calls(self, records: Sequence[LlmCallRecord]) -> list[int]:
+        """Write ``records`` in one transaction (all or none); their ids, in order."""
+        with self._transaction(write=True) as conn:
+            return [_runs.record_llm_call(conn, rec) for rec in records]
+
     def llm_calls(self, request_id: str) -> list[LlmCallRecord]:
         with self._transaction(write=False) as conn:
             return _runs.llm_calls(conn, request_id)
+
+    def last_llm_call(self, conversation_id: str) -> LlmCallRecord | None:
+        """The conversation's most recently recorded provider call."""
+        with self._transaction(write=False) as conn:
+            return _runs.last_llm_call(conn, conversation_id)
+
+    def prefix_stats(self, conversation_id: str | None = None) -> tuple[int, int]:
+        """(calls_compared, calls_extending) over one conversation, or all with None."""
+        with self._transaction(write=False) as conn:
+            return _runs.prefix_stats(conn, conversation_id)
 
     # -- blobs ----------------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ import hashlib
 import json
 
 import pytest
+import trio
 
 from byok.devtools.cursor_sim import Transcript, user_turn
 from byok.pb.agent import v1 as agent
@@ -193,7 +194,11 @@ async def test_provider_failure_ends_stream_with_error(daemon: Daemon, status: i
     with SQLiteStore.open_in(daemon.data_dir) as store:
         # The runtime user message stays committed; no assistant or error text is appended.
         assert [m.role for m in store.head("conv-1").messages] == ["user"]
-        run = store.run("req-f")
+        # The run writes its terminal state just after EndStream (its store calls may queue
+        # behind the call-record writer), so give it a moment.
+        with trio.fail_after(5):
+            while (run := store.run("req-f")) is not None and run.status == "running":
+                await trio.sleep(0.01)
         assert run is not None and run.status == "error" and run.error_code == "unavailable"
 
 

@@ -8,7 +8,9 @@ from byok.config import (
     Config,
     ConfigError,
     ModelConfig,
+    ModelsListConfig,
     ProviderConfig,
+    ProxyConfig,
     ServerConfig,
     load_config,
 )
@@ -196,11 +198,15 @@ def test_invalid_toml_has_line_and_column(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("frobnicate = 1", "frobnicate: unknown key (allowed: server, providers, models)"),
+        (
+            "frobnicate = 1",
+            "frobnicate: unknown key (allowed: server, providers, models, models_list, proxy, logging)",
+        ),
         (
             "[server]\nprot = 1",
             "server.prot: unknown key (allowed: host, port, data_dir, upstream, "
-            "heartbeat_s, kv_ack_timeout_s, max_body_bytes, provider_max_tries, provider_retry_base_s, reconnect_grace_s, shutdown_grace_s)",
+            "heartbeat_s, kv_ack_timeout_s, max_body_bytes, provider_max_tries, provider_retry_base_s, "
+            "reconnect_grace_s, shutdown_grace_s)",
         ),
         (
             MINIMAL_PROVIDER + 'apikey = "x"',
@@ -210,7 +216,8 @@ def test_invalid_toml_has_line_and_column(tmp_path: Path) -> None:
             MINIMAL_PROVIDER + '[[models]]\nid = "m"\nprovider = "local"\nupstream_model = "x"\n'
             "context_tokens = 1\nupstream_modle = 2",
             "models[0].upstream_modle: unknown key (allowed: id, "
-            "provider, upstream_model, context_tokens, display_name, max_output_tokens, replay_reasoning)",
+            "provider, upstream_model, context_tokens, display_name, max_output_tokens, replay_reasoning, "
+            "enabled, thinking)",
         ),
     ],
 )
@@ -329,3 +336,60 @@ def test_provider_config_direct_construction() -> None:
     p = ProviderConfig(id="x", kind="openai_chat", base_url="http://h", api_key="k")
     assert p.api_key() == "k"
     assert ProviderConfig(id="x", kind="openai_chat", base_url="http://h").api_key() is None
+
+
+MODEL = '[[models]]\nid = "{id}"\nprovider = "local"\nupstream_model = "x"\ncontext_tokens = 1\n'
+
+
+def test_model_list_flags_and_placement(tmp_path: Path) -> None:
+    text = (
+        MINIMAL_PROVIDER
+        + MODEL.format(id="a")
+        + "enabled = false\nthinking = true\n"
+        + MODEL.format(id="b")
+        + '[models_list]\nplacement = "last"\n'
+    )
+    cfg = load_config(write(tmp_path, text), overrides={})
+    a, b = cfg.models
+    assert (a.enabled, a.thinking) == (False, True)
+    assert (b.enabled, b.thinking) == (True, False)
+    assert cfg.enabled_models() == (b,)
+    assert cfg.models_list == ModelsListConfig(placement="last")
+
+
+def test_models_list_and_proxy_defaults(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, ""), overrides={})
+    assert cfg.models_list.placement == "first"
+    assert cfg.proxy == ProxyConfig()
+    assert (cfg.proxy.enabled, cfg.proxy.host, cfg.proxy.port) == (False, "127.0.0.1", 8791)
+    assert cfg.proxy.intercept == ("*.cursor.sh",)
+
+
+def test_proxy_section(tmp_path: Path) -> None:
+    text = '[proxy]\nenabled = true\nhost = "::1"\nport = 0\nintercept = ["*.cursor.sh", "cursor.com"]\n'
+    cfg = load_config(write(tmp_path, text), overrides={})
+    assert cfg.proxy == ProxyConfig(enabled=True, host="::1", port=0, intercept=("*.cursor.sh", "cursor.com"))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            '[models_list]\nplacement = "middle"',
+            "models_list.placement: expected one of: first, last, got 'middle'",
+        ),
+        ("[models_list]\norder = 1", "models_list.order: unknown key (allowed: placement)"),
+        ("[proxy]\nenabled = 1", "proxy.enabled: expected boolean, got integer"),
+        ("[proxy]\nport = 70000", "proxy.port: port must be between 0 and 65535, got 70000"),
+        ('[proxy]\nintercept = "*.cursor.sh"', "proxy.intercept: expected array of strings, got string"),
+        ("[proxy]\nintercept = [1]", "proxy.intercept[0]: expected string, got integer"),
+        ('[proxy]\nintercept = [" "]', "proxy.intercept[0]: must not be empty"),
+        ("[proxy]\nlisten = 1", "proxy.listen: unknown key (allowed: enabled, host, port, intercept)"),
+        (
+            MINIMAL_PROVIDER + MODEL.format(id="m") + 'thinking = "yes"',
+            "models[0].thinking: expected boolean, got string",
+        ),
+    ],
+)
+def test_models_list_and_proxy_errors(tmp_path: Path, text: str, expected: str) -> None:
+    assert error_for(tmp_path, text) == expected

@@ -215,11 +215,15 @@ __all__ = (
     "GenerateImageToolCall",
     "GetBlobArgs",
     "GetBlobResult",
+    "GetDefaultModelForCliRequest",
+    "GetDefaultModelForCliResponse",
     "GetMcpToolsAgentResult",
     "GetMcpToolsArgs",
     "GetMcpToolsError",
     "GetMcpToolsSuccess",
     "GetMcpToolsToolCall",
+    "GetUsableModelsRequest",
+    "GetUsableModelsResponse",
     "GitCommit",
     "GitRepoInfo",
     "GlobToolArgs",
@@ -637,6 +641,7 @@ __all__ = (
     "TruncatedToolCallSuccess",
     "TurnEndedUpdate",
     "TypeAction",
+    "UpdateConversationMetadataResponse",
     "UpdatePrAction",
     "UpdatePrCodeTourArgs",
     "UpdatePrCodeTourError",
@@ -4928,6 +4933,26 @@ default_message_pool.register_message("agent.v1", "GetBlobResult", GetBlobResult
 
 
 @dataclass(eq=False, repr=False)
+class GetDefaultModelForCliRequest(betterproto2.Message):
+    pass
+
+
+default_message_pool.register_message(
+    "agent.v1", "GetDefaultModelForCliRequest", GetDefaultModelForCliRequest
+)
+
+
+@dataclass(eq=False, repr=False)
+class GetDefaultModelForCliResponse(betterproto2.Message):
+    model: "ModelDetails | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+
+
+default_message_pool.register_message(
+    "agent.v1", "GetDefaultModelForCliResponse", GetDefaultModelForCliResponse
+)
+
+
+@dataclass(eq=False, repr=False)
 class GetMcpToolsAgentResult(betterproto2.Message):
     """
 
@@ -4988,6 +5013,22 @@ class GetMcpToolsToolCall(betterproto2.Message):
 
 
 default_message_pool.register_message("agent.v1", "GetMcpToolsToolCall", GetMcpToolsToolCall)
+
+
+@dataclass(eq=False, repr=False)
+class GetUsableModelsRequest(betterproto2.Message):
+    custom_model_ids: "list[str]" = betterproto2.field(1, betterproto2.TYPE_STRING, repeated=True)
+
+
+default_message_pool.register_message("agent.v1", "GetUsableModelsRequest", GetUsableModelsRequest)
+
+
+@dataclass(eq=False, repr=False)
+class GetUsableModelsResponse(betterproto2.Message):
+    models: "list[ModelDetails]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+
+
+default_message_pool.register_message("agent.v1", "GetUsableModelsResponse", GetUsableModelsResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -11607,6 +11648,16 @@ class TypeAction(betterproto2.Message):
 
 
 default_message_pool.register_message("agent.v1", "TypeAction", TypeAction)
+
+
+@dataclass(eq=False, repr=False)
+class UpdateConversationMetadataResponse(betterproto2.Message):
+    pass
+
+
+default_message_pool.register_message(
+    "agent.v1", "UpdateConversationMetadataResponse", UpdateConversationMetadataResponse
+)
 
 
 @dataclass(eq=False, repr=False)

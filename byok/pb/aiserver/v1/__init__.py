@@ -4,7 +4,9 @@
 # This file has been @generated
 
 __all__ = (
+    "ActiveCreditGrant",
     "ApiKeyCredentials",
+    "AvailableDocsResponse",
     "AvailableModelsRequest",
     "AvailableModelsResponse",
     "AvailableModelsResponseAvailableModel",
@@ -36,12 +38,33 @@ __all__ = (
     "ConfigureSpendLimitAction",
     "CustomErrorDetails",
     "DashboardAction",
+    "DocumentationInfo",
+    "DocumentationMetadata",
     "ErrorAnalyticsMetadata",
     "ErrorButton",
     "ErrorDetails",
     "ErrorDetailsError",
+    "GetCurrentPeriodUsageResponse",
+    "GetCurrentPeriodUsageResponseFreeBestOfNPromotion",
+    "GetCurrentPeriodUsageResponsePlanUsage",
+    "GetCurrentPeriodUsageResponseSpendLimitUsage",
+    "GetDefaultModelNudgeDataResponse",
+    "GetDefaultModelNudgeDataResponseInitialModel",
+    "GetDefaultModelRequest",
+    "GetDefaultModelResponse",
+    "GetMeResponse",
+    "GetTeamsResponse",
+    "GetUsageLimitStatusAndActiveGrantsResponse",
+    "GetUsageLimitStatusAndActiveGrantsResponseUsageLimitPolicyStatus",
+    "GetUserPrivacyModeResponse",
+    "GetUserProfileResponse",
     "IsConnectedRequest",
     "IsConnectedResponse",
+    "KnowledgeBaseAddResponse",
+    "KnowledgeBaseListResponse",
+    "KnowledgeBaseListResponseItem",
+    "KnowledgeBaseRemoveResponse",
+    "KnowledgeBaseUpdateResponse",
     "ModelParameterDefinition",
     "ModelParameterDefinitionBooleanParameterDefinition",
     "ModelParameterDefinitionBooleanParameterDefinitionBooleanParameterValue",
@@ -49,13 +72,18 @@ __all__ = (
     "ModelParameterDefinitionEnumParameterDefinitionEnumParameterValue",
     "ModelParameterDefinitionModelParameterType",
     "PlanChoice",
+    "PrivacyMode",
     "ReloadWindowAction",
     "RequestedModel",
     "RequestedModelModelParameterValue",
     "SwitchModelAction",
+    "Team",
+    "TeamRole",
     "UpgradeAction",
     "UpgradeChoice",
     "UrlAction",
+    "UserProfile",
+    "WriteGitCommitMessageResponse",
 )
 
 from dataclasses import dataclass
@@ -432,6 +460,100 @@ class ErrorDetailsError(betterproto2.Enum):
         }
 
 
+class PrivacyMode(betterproto2.Enum):
+    UNSPECIFIED = 0
+
+    NO_STORAGE = 1
+
+    NO_TRAINING = 2
+
+    USAGE_DATA_TRAINING_ALLOWED = 3
+
+    USAGE_CODEBASE_TRAINING_ALLOWED = 4
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "PRIVACY_MODE_UNSPECIFIED",
+            1: "PRIVACY_MODE_NO_STORAGE",
+            2: "PRIVACY_MODE_NO_TRAINING",
+            3: "PRIVACY_MODE_USAGE_DATA_TRAINING_ALLOWED",
+            4: "PRIVACY_MODE_USAGE_CODEBASE_TRAINING_ALLOWED",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "PRIVACY_MODE_UNSPECIFIED": 0,
+            "PRIVACY_MODE_NO_STORAGE": 1,
+            "PRIVACY_MODE_NO_TRAINING": 2,
+            "PRIVACY_MODE_USAGE_DATA_TRAINING_ALLOWED": 3,
+            "PRIVACY_MODE_USAGE_CODEBASE_TRAINING_ALLOWED": 4,
+        }
+
+
+class TeamRole(betterproto2.Enum):
+    UNSPECIFIED = 0
+
+    OWNER = 1
+
+    MEMBER = 2
+
+    FREE_OWNER = 3
+
+    REMOVED = 4
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "TEAM_ROLE_UNSPECIFIED",
+            1: "TEAM_ROLE_OWNER",
+            2: "TEAM_ROLE_MEMBER",
+            3: "TEAM_ROLE_FREE_OWNER",
+            4: "TEAM_ROLE_REMOVED",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "TEAM_ROLE_UNSPECIFIED": 0,
+            "TEAM_ROLE_OWNER": 1,
+            "TEAM_ROLE_MEMBER": 2,
+            "TEAM_ROLE_FREE_OWNER": 3,
+            "TEAM_ROLE_REMOVED": 4,
+        }
+
+
+@dataclass(eq=False, repr=False)
+class ActiveCreditGrant(betterproto2.Message):
+    grant_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    total_cents: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+
+    remaining_cents: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+
+    expires_at_ms: "int" = betterproto2.field(4, betterproto2.TYPE_INT64)
+
+    allowed_model_ids: "list[str]" = betterproto2.field(5, betterproto2.TYPE_STRING, repeated=True)
+
+    allowed_model_tags: "list[str]" = betterproto2.field(6, betterproto2.TYPE_STRING, repeated=True)
+
+    grant_type: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+
+    slowness_ms: "int | None" = betterproto2.field(8, betterproto2.TYPE_INT32, optional=True)
+
+    source: "str | None" = betterproto2.field(9, betterproto2.TYPE_STRING, optional=True)
+
+    campaign_name: "str | None" = betterproto2.field(10, betterproto2.TYPE_STRING, optional=True)
+
+    show_in_client: "bool" = betterproto2.field(11, betterproto2.TYPE_BOOL)
+
+    allowed_client_types: "list[str]" = betterproto2.field(12, betterproto2.TYPE_STRING, repeated=True)
+
+
+default_message_pool.register_message("aiserver.v1", "ActiveCreditGrant", ActiveCreditGrant)
+
+
 @dataclass(eq=False, repr=False)
 class ApiKeyCredentials(betterproto2.Message):
     api_key: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
@@ -440,6 +562,14 @@ class ApiKeyCredentials(betterproto2.Message):
 
 
 default_message_pool.register_message("aiserver.v1", "ApiKeyCredentials", ApiKeyCredentials)
+
+
+@dataclass(eq=False, repr=False)
+class AvailableDocsResponse(betterproto2.Message):
+    docs: "list[DocumentationInfo]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+
+
+default_message_pool.register_message("aiserver.v1", "AvailableDocsResponse", AvailableDocsResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -1039,6 +1169,34 @@ default_message_pool.register_message("aiserver.v1", "DashboardAction", Dashboar
 
 
 @dataclass(eq=False, repr=False)
+class DocumentationInfo(betterproto2.Message):
+    doc_identifier: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    metadata: "DocumentationMetadata | None" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, optional=True)
+
+
+default_message_pool.register_message("aiserver.v1", "DocumentationInfo", DocumentationInfo)
+
+
+@dataclass(eq=False, repr=False)
+class DocumentationMetadata(betterproto2.Message):
+    prefix_url: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    doc_name: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    is_different_prefix_origin: "bool" = betterproto2.field(3, betterproto2.TYPE_BOOL)
+
+    true_prefix_url: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+    public: "bool" = betterproto2.field(5, betterproto2.TYPE_BOOL)
+
+    team_id: "int | None" = betterproto2.field(6, betterproto2.TYPE_INT32, optional=True)
+
+
+default_message_pool.register_message("aiserver.v1", "DocumentationMetadata", DocumentationMetadata)
+
+
+@dataclass(eq=False, repr=False)
 class ErrorAnalyticsMetadata(betterproto2.Message):
     action_required: "str | None" = betterproto2.field(1, betterproto2.TYPE_STRING, optional=True)
 
@@ -1106,6 +1264,310 @@ default_message_pool.register_message("aiserver.v1", "ErrorDetails", ErrorDetail
 
 
 @dataclass(eq=False, repr=False)
+class GetCurrentPeriodUsageResponse(betterproto2.Message):
+    billing_cycle_start: "int" = betterproto2.field(1, betterproto2.TYPE_INT64)
+
+    billing_cycle_end: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+
+    plan_usage: "GetCurrentPeriodUsageResponsePlanUsage | None" = betterproto2.field(
+        3, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+    spend_limit_usage: "GetCurrentPeriodUsageResponseSpendLimitUsage | None" = betterproto2.field(
+        4, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+    display_threshold: "int | None" = betterproto2.field(5, betterproto2.TYPE_INT32, optional=True)
+
+    enabled: "bool" = betterproto2.field(6, betterproto2.TYPE_BOOL)
+
+    display_message: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+
+    free_best_of_n_promotion: "GetCurrentPeriodUsageResponseFreeBestOfNPromotion | None" = betterproto2.field(
+        8, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+    auto_model_selected_display_message: "str | None" = betterproto2.field(
+        11, betterproto2.TYPE_STRING, optional=True
+    )
+
+    named_model_selected_display_message: "str | None" = betterproto2.field(
+        12, betterproto2.TYPE_STRING, optional=True
+    )
+
+    auto_bucket_models: "list[str]" = betterproto2.field(13, betterproto2.TYPE_STRING, repeated=True)
+
+
+default_message_pool.register_message(
+    "aiserver.v1", "GetCurrentPeriodUsageResponse", GetCurrentPeriodUsageResponse
+)
+
+
+@dataclass(eq=False, repr=False)
+class GetCurrentPeriodUsageResponseFreeBestOfNPromotion(betterproto2.Message):
+    trials_used: "int" = betterproto2.field(1, betterproto2.TYPE_INT32)
+
+    trials_remaining: "int" = betterproto2.field(2, betterproto2.TYPE_INT32)
+
+
+default_message_pool.register_message(
+    "aiserver.v1",
+    "GetCurrentPeriodUsageResponse.FreeBestOfNPromotion",
+    GetCurrentPeriodUsageResponseFreeBestOfNPromotion,
+)
+
+
+@dataclass(eq=False, repr=False)
+class GetCurrentPeriodUsageResponsePlanUsage(betterproto2.Message):
+    total_spend: "int" = betterproto2.field(1, betterproto2.TYPE_INT32)
+
+    included_spend: "int" = betterproto2.field(2, betterproto2.TYPE_INT32)
+
+    bonus_spend: "int" = betterproto2.field(3, betterproto2.TYPE_INT32)
+
+    remaining: "int" = betterproto2.field(4, betterproto2.TYPE_INT32)
+
+    limit: "int" = betterproto2.field(5, betterproto2.TYPE_INT32)
+
+    remaining_bonus: "bool | None" = betterproto2.field(6, betterproto2.TYPE_BOOL, optional=True)
+
+    bonus_tooltip: "str | None" = betterproto2.field(7, betterproto2.TYPE_STRING, optional=True)
+
+    auto_spend: "int | None" = betterproto2.field(8, betterproto2.TYPE_INT32, optional=True)
+
+    api_spend: "int | None" = betterproto2.field(9, betterproto2.TYPE_INT32, optional=True)
+
+    auto_limit: "int | None" = betterproto2.field(10, betterproto2.TYPE_INT32, optional=True)
+
+    api_limit: "int | None" = betterproto2.field(11, betterproto2.TYPE_INT32, optional=True)
+
+    auto_percent_used: "float | None" = betterproto2.field(12, betterproto2.TYPE_DOUBLE, optional=True)
+
+    api_percent_used: "float | None" = betterproto2.field(13, betterproto2.TYPE_DOUBLE, optional=True)
+
+    total_percent_used: "float | None" = betterproto2.field(14, betterproto2.TYPE_DOUBLE, optional=True)
+
+
+default_message_pool.register_message(
+    "aiserver.v1", "GetCurrentPeriodUsageResponse.PlanUsage", GetCurrentPeriodUsageResponsePlanUsage
+)
+
+
+@dataclass(eq=False, repr=False)
+class GetCurrentPeriodUsageResponseSpendLimitUsage(betterproto2.Message):
+    total_spend: "int" = betterproto2.field(1, betterproto2.TYPE_INT32)
+
+    pooled_limit: "int | None" = betterproto2.field(2, betterproto2.TYPE_INT32, optional=True)
+
+    pooled_used: "int | None" = betterproto2.field(3, betterproto2.TYPE_INT32, optional=True)
+
+    pooled_remaining: "int | None" = betterproto2.field(4, betterproto2.TYPE_INT32, optional=True)
+
+    individual_limit: "int | None" = betterproto2.field(5, betterproto2.TYPE_INT32, optional=True)
+
+    individual_used: "int" = betterproto2.field(6, betterproto2.TYPE_INT32)
+
+    individual_remaining: "int" = betterproto2.field(7, betterproto2.TYPE_INT32)
+
+    limit_type: "str" = betterproto2.field(8, betterproto2.TYPE_STRING)
+
+    overall_limit: "int | None" = betterproto2.field(9, betterproto2.TYPE_INT32, optional=True)
+
+    overall_used: "int | None" = betterproto2.field(10, betterproto2.TYPE_INT32, optional=True)
+
+    overall_remaining: "int | None" = betterproto2.field(11, betterproto2.TYPE_INT32, optional=True)
+
+
+default_message_pool.register_message(
+    "aiserver.v1",
+    "GetCurrentPeriodUsageResponse.SpendLimitUsage",
+    GetCurrentPeriodUsageResponseSpendLimitUsage,
+)
+
+
+@dataclass(eq=False, repr=False)
+class GetDefaultModelNudgeDataResponse(betterproto2.Message):
+    nudge_date: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    should_default_switch_on_new_chat: "bool" = betterproto2.field(2, betterproto2.TYPE_BOOL)
+
+    models_with_no_default_switch: "list[str]" = betterproto2.field(
+        3, betterproto2.TYPE_STRING, repeated=True
+    )
+
+    conversion_model_override: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+    initial_model: "GetDefaultModelNudgeDataResponseInitialModel | None" = betterproto2.field(
+        5, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+
+default_message_pool.register_message(
+    "aiserver.v1", "GetDefaultModelNudgeDataResponse", GetDefaultModelNudgeDataResponse
+)
+
+
+@dataclass(eq=False, repr=False)
+class GetDefaultModelNudgeDataResponseInitialModel(betterproto2.Message):
+    model_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    parameters: "list[RequestedModelModelParameterValue]" = betterproto2.field(
+        2, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+
+
+default_message_pool.register_message(
+    "aiserver.v1",
+    "GetDefaultModelNudgeDataResponse.InitialModel",
+    GetDefaultModelNudgeDataResponseInitialModel,
+)
+
+
+@dataclass(eq=False, repr=False)
+class GetDefaultModelRequest(betterproto2.Message):
+    pass
+
+
+default_message_pool.register_message("aiserver.v1", "GetDefaultModelRequest", GetDefaultModelRequest)
+
+
+@dataclass(eq=False, repr=False)
+class GetDefaultModelResponse(betterproto2.Message):
+    model: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    thinking_model: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    max_mode: "bool" = betterproto2.field(3, betterproto2.TYPE_BOOL)
+
+    next_default_set_date: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("aiserver.v1", "GetDefaultModelResponse", GetDefaultModelResponse)
+
+
+@dataclass(eq=False, repr=False)
+class GetMeResponse(betterproto2.Message):
+    auth_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    user_id: "int" = betterproto2.field(2, betterproto2.TYPE_INT32)
+
+    email: "str | None" = betterproto2.field(3, betterproto2.TYPE_STRING, optional=True)
+
+    first_name: "str | None" = betterproto2.field(4, betterproto2.TYPE_STRING, optional=True)
+
+    last_name: "str | None" = betterproto2.field(5, betterproto2.TYPE_STRING, optional=True)
+
+    workos_id: "str | None" = betterproto2.field(6, betterproto2.TYPE_STRING, optional=True)
+
+    team_id: "int | None" = betterproto2.field(7, betterproto2.TYPE_INT32, optional=True)
+
+    created_at: "str | None" = betterproto2.field(8, betterproto2.TYPE_STRING, optional=True)
+
+    is_enterprise_user: "bool | None" = betterproto2.field(9, betterproto2.TYPE_BOOL, optional=True)
+
+    team_name: "str | None" = betterproto2.field(10, betterproto2.TYPE_STRING, optional=True)
+
+    email_domain_type: "str | None" = betterproto2.field(11, betterproto2.TYPE_STRING, optional=True)
+
+    country: "str | None" = betterproto2.field(12, betterproto2.TYPE_STRING, optional=True)
+
+    profile_picture_url: "str | None" = betterproto2.field(13, betterproto2.TYPE_STRING, optional=True)
+
+    cursor_review_onboarding_use_cursor_github_app: "bool | None" = betterproto2.field(
+        14, betterproto2.TYPE_BOOL, optional=True
+    )
+
+
+default_message_pool.register_message("aiserver.v1", "GetMeResponse", GetMeResponse)
+
+
+@dataclass(eq=False, repr=False)
+class GetTeamsResponse(betterproto2.Message):
+    teams: "list[Team]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+
+
+default_message_pool.register_message("aiserver.v1", "GetTeamsResponse", GetTeamsResponse)
+
+
+@dataclass(eq=False, repr=False)
+class GetUsageLimitStatusAndActiveGrantsResponse(betterproto2.Message):
+    usage_limit_policy_status: "GetUsageLimitStatusAndActiveGrantsResponseUsageLimitPolicyStatus | None" = (
+        betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+    )
+
+    active_grants: "list[ActiveCreditGrant]" = betterproto2.field(2, betterproto2.TYPE_MESSAGE, repeated=True)
+
+
+default_message_pool.register_message(
+    "aiserver.v1", "GetUsageLimitStatusAndActiveGrantsResponse", GetUsageLimitStatusAndActiveGrantsResponse
+)
+
+
+@dataclass(eq=False, repr=False)
+class GetUsageLimitStatusAndActiveGrantsResponseUsageLimitPolicyStatus(betterproto2.Message):
+    is_in_slow_pool: "bool" = betterproto2.field(1, betterproto2.TYPE_BOOL)
+
+    error_title: "str | None" = betterproto2.field(2, betterproto2.TYPE_STRING, optional=True)
+
+    error_detail: "str | None" = betterproto2.field(3, betterproto2.TYPE_STRING, optional=True)
+
+    slowness_ms: "int | None" = betterproto2.field(4, betterproto2.TYPE_INT32, optional=True)
+
+    features: "dict[str, str]" = betterproto2.field(
+        5,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING),
+    )
+
+    can_configure_spend_limit: "bool" = betterproto2.field(6, betterproto2.TYPE_BOOL)
+
+    limit_type: "str | None" = betterproto2.field(7, betterproto2.TYPE_STRING, optional=True)
+
+    has_pending_request: "bool" = betterproto2.field(8, betterproto2.TYPE_BOOL)
+
+    allowed_model_ids: "list[str]" = betterproto2.field(9, betterproto2.TYPE_STRING, repeated=True)
+
+    allowed_model_tags: "list[str]" = betterproto2.field(10, betterproto2.TYPE_STRING, repeated=True)
+
+    primary_button: "ErrorButton | None" = betterproto2.field(11, betterproto2.TYPE_MESSAGE, optional=True)
+
+
+default_message_pool.register_message(
+    "aiserver.v1",
+    "GetUsageLimitStatusAndActiveGrantsResponse.UsageLimitPolicyStatus",
+    GetUsageLimitStatusAndActiveGrantsResponseUsageLimitPolicyStatus,
+)
+
+
+@dataclass(eq=False, repr=False)
+class GetUserPrivacyModeResponse(betterproto2.Message):
+    privacy_mode: "PrivacyMode" = betterproto2.field(
+        1, betterproto2.TYPE_ENUM, default_factory=lambda: PrivacyMode(0)
+    )
+
+    hours_remaining_in_grace_period: "int" = betterproto2.field(2, betterproto2.TYPE_INT32)
+
+    is_enforced_by_team: "bool" = betterproto2.field(3, betterproto2.TYPE_BOOL)
+
+    is_not_migrated_to_server_source_of_truth: "bool" = betterproto2.field(4, betterproto2.TYPE_BOOL)
+
+    partner_data_share: "bool" = betterproto2.field(5, betterproto2.TYPE_BOOL)
+
+    has_acknowledged_grace_period_disclaimer: "bool" = betterproto2.field(6, betterproto2.TYPE_BOOL)
+
+
+default_message_pool.register_message("aiserver.v1", "GetUserPrivacyModeResponse", GetUserPrivacyModeResponse)
+
+
+@dataclass(eq=False, repr=False)
+class GetUserProfileResponse(betterproto2.Message):
+    profile: "UserProfile | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+
+
+default_message_pool.register_message("aiserver.v1", "GetUserProfileResponse", GetUserProfileResponse)
+
+
+@dataclass(eq=False, repr=False)
 class IsConnectedRequest(betterproto2.Message):
     pass
 
@@ -1119,6 +1581,66 @@ class IsConnectedResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("aiserver.v1", "IsConnectedResponse", IsConnectedResponse)
+
+
+@dataclass(eq=False, repr=False)
+class KnowledgeBaseAddResponse(betterproto2.Message):
+    success: "bool" = betterproto2.field(1, betterproto2.TYPE_BOOL)
+
+    id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("aiserver.v1", "KnowledgeBaseAddResponse", KnowledgeBaseAddResponse)
+
+
+@dataclass(eq=False, repr=False)
+class KnowledgeBaseListResponse(betterproto2.Message):
+    success: "bool" = betterproto2.field(1, betterproto2.TYPE_BOOL)
+
+    all_results: "list[KnowledgeBaseListResponseItem]" = betterproto2.field(
+        2, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+
+
+default_message_pool.register_message("aiserver.v1", "KnowledgeBaseListResponse", KnowledgeBaseListResponse)
+
+
+@dataclass(eq=False, repr=False)
+class KnowledgeBaseListResponseItem(betterproto2.Message):
+    id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    knowledge: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    title: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    created_at: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+    is_generated: "bool" = betterproto2.field(5, betterproto2.TYPE_BOOL)
+
+
+default_message_pool.register_message(
+    "aiserver.v1", "KnowledgeBaseListResponse.Item", KnowledgeBaseListResponseItem
+)
+
+
+@dataclass(eq=False, repr=False)
+class KnowledgeBaseRemoveResponse(betterproto2.Message):
+    success: "bool" = betterproto2.field(1, betterproto2.TYPE_BOOL)
+
+
+default_message_pool.register_message(
+    "aiserver.v1", "KnowledgeBaseRemoveResponse", KnowledgeBaseRemoveResponse
+)
+
+
+@dataclass(eq=False, repr=False)
+class KnowledgeBaseUpdateResponse(betterproto2.Message):
+    success: "bool" = betterproto2.field(1, betterproto2.TYPE_BOOL)
+
+
+default_message_pool.register_message(
+    "aiserver.v1", "KnowledgeBaseUpdateResponse", KnowledgeBaseUpdateResponse
+)
 
 
 @dataclass(eq=False, repr=False)
@@ -1295,6 +1817,72 @@ default_message_pool.register_message("aiserver.v1", "SwitchModelAction", Switch
 
 
 @dataclass(eq=False, repr=False)
+class Team(betterproto2.Message):
+    name: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    id: "int" = betterproto2.field(2, betterproto2.TYPE_INT32)
+
+    role: "TeamRole" = betterproto2.field(3, betterproto2.TYPE_ENUM, default_factory=lambda: TeamRole(0))
+
+    seats: "int" = betterproto2.field(4, betterproto2.TYPE_INT32)
+
+    has_billing: "bool" = betterproto2.field(5, betterproto2.TYPE_BOOL)
+
+    request_quota_per_seat: "int" = betterproto2.field(6, betterproto2.TYPE_INT32)
+
+    privacy_mode_forced: "bool" = betterproto2.field(7, betterproto2.TYPE_BOOL)
+
+    allow_sso: "bool" = betterproto2.field(8, betterproto2.TYPE_BOOL)
+
+    admin_only_usage_pricing: "bool" = betterproto2.field(9, betterproto2.TYPE_BOOL)
+
+    subscription_status: "str" = betterproto2.field(10, betterproto2.TYPE_STRING)
+
+    bedrock_iam_role: "str" = betterproto2.field(11, betterproto2.TYPE_STRING)
+
+    verified: "bool" = betterproto2.field(12, betterproto2.TYPE_BOOL)
+
+    is_enterprise: "bool" = betterproto2.field(13, betterproto2.TYPE_BOOL)
+
+    privacy_mode_migration_opted_out: "bool" = betterproto2.field(14, betterproto2.TYPE_BOOL)
+
+    bedrock_external_id: "str" = betterproto2.field(15, betterproto2.TYPE_STRING)
+
+    membership_type: "str" = betterproto2.field(16, betterproto2.TYPE_STRING)
+
+    purchased_seats: "int | None" = betterproto2.field(17, betterproto2.TYPE_INT32, optional=True)
+
+    billing_cycle_start: "int | None" = betterproto2.field(18, betterproto2.TYPE_INT64, optional=True)
+
+    billing_cycle_end: "int | None" = betterproto2.field(19, betterproto2.TYPE_INT64, optional=True)
+
+    pricing_strategy: "str | None" = betterproto2.field(20, betterproto2.TYPE_STRING, optional=True)
+
+    total_committed_dollars: "int | None" = betterproto2.field(21, betterproto2.TYPE_INT32, optional=True)
+
+    data_sharing_discount_eligible: "bool" = betterproto2.field(22, betterproto2.TYPE_BOOL)
+
+    dashboard_analytics_requires_admin: "bool" = betterproto2.field(23, betterproto2.TYPE_BOOL)
+
+    individual_spend_limits_blocked: "bool" = betterproto2.field(24, betterproto2.TYPE_BOOL)
+
+    allow_domain_join: "bool" = betterproto2.field(25, betterproto2.TYPE_BOOL)
+
+    domain_join_domains: "list[str]" = betterproto2.field(26, betterproto2.TYPE_STRING, repeated=True)
+
+    sso_enabled: "bool" = betterproto2.field(27, betterproto2.TYPE_BOOL)
+
+    customer_balance_cents: "int | None" = betterproto2.field(28, betterproto2.TYPE_INT64, optional=True)
+
+    scim_require_user_directory: "bool" = betterproto2.field(29, betterproto2.TYPE_BOOL)
+
+    self_serve_tiered_pricing_enabled: "bool" = betterproto2.field(30, betterproto2.TYPE_BOOL)
+
+
+default_message_pool.register_message("aiserver.v1", "Team", Team)
+
+
+@dataclass(eq=False, repr=False)
 class UpgradeAction(betterproto2.Message):
     membership_to_upgrade_to: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -1320,3 +1908,37 @@ class UrlAction(betterproto2.Message):
 
 
 default_message_pool.register_message("aiserver.v1", "UrlAction", UrlAction)
+
+
+@dataclass(eq=False, repr=False)
+class UserProfile(betterproto2.Message):
+    handle: "str | None" = betterproto2.field(1, betterproto2.TYPE_STRING, optional=True)
+
+    visibility: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    links: "dict[str, str]" = betterproto2.field(
+        3,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(betterproto2.TYPE_STRING, betterproto2.TYPE_STRING),
+    )
+
+    created_at: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+    updated_at: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+
+    display_name: "str | None" = betterproto2.field(6, betterproto2.TYPE_STRING, optional=True)
+
+    avatar_url: "str | None" = betterproto2.field(7, betterproto2.TYPE_STRING, optional=True)
+
+
+default_message_pool.register_message("aiserver.v1", "UserProfile", UserProfile)
+
+
+@dataclass(eq=False, repr=False)
+class WriteGitCommitMessageResponse(betterproto2.Message):
+    commit_message: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message(
+    "aiserver.v1", "WriteGitCommitMessageResponse", WriteGitCommitMessageResponse
+)

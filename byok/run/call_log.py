@@ -1,0 +1,316 @@
+"""Provider-call records, written off the run's path in batches, and the prefix meter.
+
+A run hands each finished provider call to ``CallLog.submit`` (never blocks, never touches
+SQLite); one writer task owned by the daemon writes everything queued in one transaction per
+batch. The writer also fills in the prefix meter: does this call's message list extend the
+previous call's (same conversation) message for message? Each message is compared as the
+canonical JSON of one element of the request's message array (Chat: ``messages``; Responses:
+``instructions`` as element 0, then ``input``; Anthropic: ``system`` as element 0, then
+``messages``), so a changed system prompt counts as a broken prefix. The previous call's
+per-message hashes live in a bounded LRU keyed by conversation; a conversation not in it (after a
+restart or eviction) is compared with its last recorded call in SQLite.
+
+The hashes are taken from the request body as stored (redacted), in memory and from SQLite alike,
+so the answer does not change with a restart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+import attrs
+import httpx
+import trio
+
+from byok.loop.model_call import ModelProtocolError
+from byok.model.events import ProviderError
+from byok.model.messages import canonical_json
+from byok.model.usage import Usage
+from byok.store import AsyncStore, LlmCallRecord, SQLiteStore, StoreError
+
+log = logging.getLogger("byok.call_log")
+
+REDACTED = "[REDACTED]"
+# Conversations whose last call's message hashes are kept in memory.
+MAX_CONVERSATIONS = 256
+# Records waiting for the writer; beyond this (SQLite stalled for long) new ones are dropped.
+MAX_PENDING = 1024
+# On shutdown the writer stops starting writes after this long.
+DRAIN_TIMEOUT_S = 10.0
+
+
+# --- pure helpers -----------------------------------------------------------------------------
+
+
+def _secret_key(key: str) -> bool:
+    k = key.lower().replace("-", "_")
+    return k.endswith("api_key") or k == "apikey" or k.endswith("authorization")
+
+
+def _redact(obj: Any) -> tuple[Any, bool]:
+    if isinstance(obj, dict):
+        changed = False
+        out: dict[str, Any] = {}
+        for key, value in obj.items():
+            if isinstance(value, str) and isinstance(key, str) and _secret_key(key):
+                out[key] = REDACTED
+                changed = changed or value != REDACTED
+            else:
+                out[key], sub = _redact(value)
+                changed = changed or sub
+        return out, changed
+    if isinstance(obj, list):
+        items = [_redact(v) for v in obj]
+        return [v for v, _ in items], any(c for _, c in items)
+    return obj, False
+
+
+def redact_body(body: bytes) -> bytes | None:
+    """``body`` with every string value under a key named like api_key / x-api-key /
+    authorization replaced by ``[REDACTED]``, at any depth. Unchanged bytes when there is none
+    (so the stored request replays exactly); None when the body is not JSON and so cannot be
+    checked. Our request bodies never carry keys: this is a second line of defence."""
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        return None
+    redacted, changed = _redact(obj)
+    if not changed:
+        return body
+    return json.dumps(redacted, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def request_messages(obj: Any) -> list[Any] | None:
+    """The elements the prefix meter compares, or None when ``obj`` has no message array."""
+    if not isinstance(obj, dict):
+        return None
+    if isinstance(obj.get("input"), list):  # OpenAI Responses
+        head = [obj["instructions"]] if "instructions" in obj else []
+        return head + obj["input"]
+    if isinstance(obj.get("messages"), list):  # Chat (system inside), Anthropic (system beside)
+        head = [obj["system"]] if "system" in obj else []
+        return head + obj["messages"]
+    return None
+
+
+def message_hashes(body: bytes | None) -> tuple[bytes, ...] | None:
+    """SHA-256 of each compared element's canonical JSON; None when unknown."""
+    if body is None:
+        return None
+    try:
+        messages = request_messages(json.loads(body))
+    except ValueError:
+        return None
+    if messages is None:
+        return None
+    return tuple(hashlib.sha256(canonical_json(m)).digest() for m in messages)
+
+
+def compare_prefix(
+    previous: Sequence[bytes] | None, current: Sequence[bytes] | None
+) -> tuple[bool | None, int | None]:
+    """(prefix_extends, common_prefix_messages): whether ``current`` starts with all of
+    ``previous``, and how many leading messages they share. (None, None) for a first call or
+    when either side is unknown."""
+    if previous is None or current is None:
+        return None, None
+    common = 0
+    for a, b in zip(previous, current, strict=False):
+        if a != b:
+            break
+        common += 1
+    return common == len(previous), common
+
+
+def cache_hit_share(usage: Usage | None) -> float | None:
+    """cache_read / input. byok's input_tokens already includes cached reads and writes
+    (Anthropic: input + cache_read + cache_creation), so it is the denominator as is. None
+    when the provider reported no cache counts."""
+    if usage is None or (usage.cache_read_tokens is None and usage.cache_write_tokens is None):
+        return None
+    if usage.input_tokens <= 0:
+        return None
+    return (usage.cache_read_tokens or 0) / usage.input_tokens
+
+
+def error_kind(exc: BaseException | None, http_status: int | None = None) -> str | None:
+    """Classify how a provider call failed: http_4xx, http_5xx (http_Nxx for other statuses),
+    rate_limited, connection, stream_error, protocol, canceled, internal. ``http_status`` is the
+    response status of the attempt the call ended with, if it got one."""
+    if exc is None:
+        return None
+    if isinstance(exc, trio.Cancelled):
+        return "canceled"
+    if isinstance(exc, ProviderError):
+        status = http_status
+        if status is None and exc.message.startswith("HTTP "):
+            status = exc.status
+        if status is not None and not 200 <= status < 300:
+            return "rate_limited" if status == 429 else f"http_{status // 100}xx"
+        if isinstance(exc.__cause__, httpx.RequestError):
+            return "connection"
+        if exc.message.startswith(("provider error in stream", "response failed")):
+            return "rate_limited" if exc.status == 429 else "stream_error"
+        return "protocol"  # truncated stream, bad JSON, JSON instead of a stream, cut off...
+    if isinstance(exc, ModelProtocolError):
+        return "protocol"
+    return "internal"
+
+
+# --- the writer -------------------------------------------------------------------------------
+
+
+class CallLog:
+    """Queue of call records and the task that writes them.
+
+    ``detailed``: callers also capture raw response bytes into ``response_capture``.
+    ``batches`` counts write transactions, ``dropped`` records refused by a full queue,
+    ``failed`` records whose batch could not be written (logged).
+    """
+
+    def __init__(
+        self,
+        store: AsyncStore,
+        *,
+        detailed: bool = False,
+        max_conversations: int = MAX_CONVERSATIONS,
+        max_pending: int = MAX_PENDING,
+        drain_timeout_s: float = DRAIN_TIMEOUT_S,
+    ) -> None:
+        self.store = store
+        self.detailed = detailed
+        self.batches = 0
+        self.dropped = 0
+        self.failed = 0
+        self._send, self._receive = trio.open_memory_channel[LlmCallRecord](max_pending)
+        self._max_conversations = max_conversations
+        self._drain_timeout_s = drain_timeout_s
+        # conversation -> last call's message hashes. Touched only inside write jobs, which the
+        # lock and the store's one-at-a-time worker serialize.
+        self._previous: OrderedDict[str, tuple[bytes, ...]] = OrderedDict()
+        self._carry: list[LlmCallRecord] = []  # taken off the channel, not written yet
+        self._lock = trio.Lock()
+        self._submitted = 0
+        self._processed = 0
+        self._progress = trio.Event()
+        self._running = False
+
+    def submit(self, rec: LlmCallRecord) -> None:
+        """Queue ``rec`` for writing. Never blocks; safe inside a cancelled scope."""
+        try:
+            self._send.send_nowait(rec)
+        except trio.WouldBlock:
+            self.dropped += 1
+            log.warning("call log queue full: dropped the record of a %s call", rec.provider_id)
+            return
+        self._submitted += 1
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The writer. Runs until cancelled, then writes what is still queued (shielded, for at
+        most ``drain_timeout_s``)."""
+        if self._running:
+            raise RuntimeError("CallLog.run is already running")
+        self._running = True
+        task_status.started()
+        try:
+            while True:
+                self._carry.append(await self._receive.receive())
+                await self._write_pending()
+        finally:
+            with trio.CancelScope(shield=True, deadline=trio.current_time() + self._drain_timeout_s):
+                await self._write_pending()
+            self._running = False
+            left = len(self._carry) + self._receive.statistics().current_buffer_used
+            if left:
+                log.warning("call log: %d records not yet written at shutdown", left)
+            self._wake()
+
+    async def flush(self) -> None:
+        """Wait until every record submitted so far is written (or its batch failed, logged).
+        Without a running writer (before start, after shutdown) it writes them itself."""
+        target = self._submitted
+        while self._processed < target:
+            if self._running:
+                await self._progress.wait()
+            else:
+                await self._write_pending()
+                if not self._running:
+                    return
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        self._progress.set()
+        self._progress = trio.Event()
+
+    def _take_queued(self) -> list[LlmCallRecord]:
+        out = []
+        while True:
+            try:
+                out.append(self._receive.receive_nowait())
+            except trio.WouldBlock:
+                return out
+
+    async def _write_pending(self) -> None:
+        async with self._lock:
+            batch, self._carry = self._carry + self._take_queued(), []
+            if not batch:
+                return
+            try:
+                await self.store.call(self._write_batch, batch)
+            except trio.Cancelled:
+                # Only raised before the job ran: a started store call is never abandoned.
+                self._carry = batch + self._carry
+                raise
+            except Exception:
+                self.failed += len(batch)
+                log.exception("call log: could not write %d call records", len(batch))
+            else:
+                self.batches += 1
+            self._processed += len(batch)
+            self._wake()
+
+    def _write_batch(self, store: SQLiteStore, batch: list[LlmCallRecord]) -> None:
+        """Worker thread: fill in the prefix meter, then one transaction for the whole batch."""
+        records = []
+        # This batch's own earlier calls are not in SQLite yet, and the LRU may have evicted them.
+        in_batch: dict[str, tuple[bytes, ...] | None] = {}
+        for rec in batch:
+            conversation_id = rec.conversation_id
+            if conversation_id in in_batch:
+                previous = in_batch[conversation_id]
+            else:
+                previous = self._previous_hashes(store, conversation_id)
+            current = message_hashes(rec.request_body)
+            extends, common = compare_prefix(previous, current)
+            records.append(attrs.evolve(rec, prefix_extends=extends, common_prefix_messages=common))
+            in_batch[conversation_id] = current
+            self._remember(conversation_id, current)
+        store.record_llm_calls(records)
+
+    def _previous_hashes(self, store: SQLiteStore, conversation_id: str) -> tuple[bytes, ...] | None:
+        hashes = self._previous.get(conversation_id)
+        if hashes is not None:
+            self._previous.move_to_end(conversation_id)
+            return hashes
+        try:
+            last = store.last_llm_call(conversation_id)
+        except StoreError:
+            log.exception("call log: cannot read the last call of %s", conversation_id)
+            return None
+        return None if last is None else message_hashes(last.request_body)
+
+    def _remember(self, conversation_id: str, hashes: tuple[bytes, ...] | None) -> None:
+        if hashes is None:
+            # Unknown messages: the next call falls back to SQLite, which knows no better.
+            self._previous.pop(conversation_id, None)
+            return
+        self._previous[conversation_id] = hashes
+        self._previous.move_to_end(conversation_id)
+        while len(self._previous) > self._max_conversations:
+            self._previous.popitem(last=False)

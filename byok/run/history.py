@@ -1,0 +1,110 @@
+"""Where a run starts: the committed head, an edit branch, a resume point, or an imported history.
+
+The client's checkpoint decides *which point* a resume continues from; the store decides the
+*content*. A conversation byok has never seen is imported from the client's blobs, verified
+byte for byte, and fails closed when anything is missing.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from byok.cursor.checkpoint import TurnRecord, root_blob
+from byok.cursor.root_json import RootJsonError, decode_root
+from byok.http.connect_envelope import ConnectError
+from byok.model.messages import Message
+from byok.pb.agent import v1 as agent
+from byok.run.kv import KvFailure, KvLink
+from byok.store import AsyncStore
+from byok.store.records import Head
+
+
+class StartFailed(Exception):
+    def __init__(self, error: ConnectError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _fail(code: str, message: str) -> StartFailed:
+    return StartFailed(ConnectError(code, message))  # type: ignore[arg-type]
+
+
+async def _get_all(kv: KvLink, ids: list[bytes], timeout_s: float) -> list[bytes]:
+    out: list[bytes | None] = [None] * len(ids)
+    errors: list[str] = []
+
+    async def one(i: int, blob_id: bytes) -> None:
+        try:
+            out[i] = await kv.get(blob_id, timeout_s)
+        except KvFailure as e:
+            errors.append(str(e))
+
+    async with trio.open_nursery() as nursery:
+        for i, blob_id in enumerate(ids):
+            nursery.start_soon(one, i, blob_id)
+    if errors:
+        raise _fail("failed_precondition", f"cannot load the conversation from the client: {errors[0]}")
+    return [b for b in out if b is not None]
+
+
+async def import_history(
+    store: AsyncStore,
+    kv: KvLink,
+    conversation_id: str,
+    state: agent.ConversationStateStructure,
+    now_ms: int,
+    timeout_s: float,
+) -> Head:
+    """Commit the client's transcript as the conversation's first revision. The system root is
+    dropped: this run's prompt replaces it."""
+    datas = await _get_all(kv, list(state.root_prompt_messages_json), timeout_s)
+    messages: list[Message] = []
+    try:
+        for data in datas:
+            m = decode_root(data)
+            if m.role != "system":
+                messages.append(m)
+        for text in state.pending_tool_calls:  # a staged assistant travels inline
+            messages.append(decode_root(text.encode()))
+    except RootJsonError as e:
+        raise _fail("failed_precondition", f"cannot import the conversation: {e}") from None
+    if not messages:
+        return await store.head(conversation_id)
+    return await store.append(conversation_id, 0, messages, now_ms)
+
+
+async def fetch_turn(kv: KvLink, turn_id: bytes, timeout_s: float) -> TurnRecord:
+    """The client's copy of an unfinished turn, so a resumed run keeps adding to it."""
+    (data,) = await _get_all(kv, [turn_id], timeout_s)
+    structure = agent.ConversationTurnStructure.parse(data).agent_conversation_turn
+    if structure is None:
+        raise _fail("failed_precondition", "the client's last turn is not an agent turn")
+    parts = await _get_all(kv, [structure.user_message, *structure.steps], timeout_s)
+    return TurnRecord(structure.request_id or "", parts[0], tuple(parts[1:]))
+
+
+def resume_point(head: Head, state: agent.ConversationStateStructure) -> tuple[int, Message | None]:
+    """(number of committed messages the client's checkpoint covers, the staged assistant or None).
+
+    Verifies that the client's roots are byok's own messages, so a resume never continues a
+    history the store does not hold."""
+    roots = list(state.root_prompt_messages_json)[1:]  # [0] is the system prompt
+    staged: Message | None = None
+    count = len(roots)
+    if state.pending_tool_calls:
+        try:
+            pending = decode_root(state.pending_tool_calls[0].encode())
+        except RootJsonError as e:
+            raise _fail("invalid_argument", f"unreadable staged tool round: {e}") from None
+        for i, m in enumerate(head.messages):
+            if m.role == "assistant" and pending.tool_round_id and m.tool_round_id == pending.tool_round_id:
+                staged, count = m, i + 1
+                break
+        else:
+            raise _fail("failed_precondition", "the staged tool round is not in byok's history")
+    if count > len(head.messages):
+        raise _fail("failed_precondition", "the client's checkpoint is ahead of byok's history")
+    for root_id, m in zip(roots, head.messages[: len(roots)], strict=False):
+        if root_blob(m).id != root_id:
+            raise _fail("failed_precondition", "the client's checkpoint does not match byok's history")
+    return count, staged
