@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 import httpx
@@ -54,6 +55,10 @@ async def run_daemon(
         specs_by_mode={mode: mode_tools(root, mode, catalog) for mode in prompts},
     )
     store = await AsyncStore.open(config.server.data_dir)
+    # Runs a crash left 'running' can never finish now: record them as interrupted, once.
+    interrupted = await store.interrupt_running_runs(int(time.time() * 1000))
+    if interrupted:
+        log.warning("marked %d run(s) interrupted by the previous shutdown", interrupted)
     call_log = CallLog(store, detailed=config.logging.detailed)
     try:
         async with provider_client() as http, upstream_client() as up, trio.open_nursery() as nursery:

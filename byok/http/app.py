@@ -10,7 +10,7 @@ import trio
 
 from byok.config import Config
 from byok.cursor import encode
-from byok.cursor.request import RunRequestError, RunStart, parse_run_request
+from byok.cursor.request import RunRequestError, RunStart, parse_run_request, requested_model_id
 from byok.http.asgi import (
     BodyTooLarge,
     ClientGone,
@@ -47,6 +47,8 @@ BIDI_APPEND = "/aiserver.v1.BidiService/BidiAppend"
 HEALTHZ = "/byok/healthz"
 # A finished run's slot lingers so late appends (ACKs, heartbeats) are dropped idempotently.
 SLOT_LINGER_S = 120.0
+# How long a RunSSE waits for the run_request that decides whether byok runs it.
+DECISION_TIMEOUT_S = 300.0
 
 
 def decode_agent_message(data: str) -> agent.AgentClientMessage | None:
@@ -148,18 +150,18 @@ class App:
             return
         slot = self.registry.get(rid)
         if slot is not None and slot.kind == "relay":
-            await self.forward(scope, replay_receive(body), send)
+            await self.forward(scope, replay_receive(body, receive), send)
             return
         msg = decode_agent_message(req.data)
         if msg is None:
-            if slot is not None and slot.kind == "agent":
+            if slot is not None and (slot.kind == "agent" or slot.runsse_open):
                 err = ConnectError("invalid_argument", "BidiAppend data is not a hex AgentClientMessage")
                 log.warning("request %s: %s (seqno %s)", rid, err.message, req.append_seqno)
                 await respond_connect_error(send, err)
                 return
             # Another RPC sharing BidiAppend (speech-to-text...): relay it and all its later appends.
-            self.registry.get_or_create(rid).kind = "relay"
-            await self.forward(scope, replay_receive(body), send)
+            self.registry.get_or_create(rid).decide("relay")
+            await self.forward(scope, replay_receive(body, receive), send)
             return
         if req.data_binary:
             await respond_connect_error(
@@ -167,7 +169,24 @@ class App:
             )
             return
         slot = self.registry.get_or_create(rid)
-        slot.kind = "agent"
+        if (
+            slot.kind == "unknown"
+            and msg.run_request is not None
+            and req.append_seqno == 0
+            and requested_model_id(msg.run_request)  # no model at all is our invalid_argument
+            and not self._is_local_model(requested_model_id(msg.run_request))
+        ):
+            # An official (or unknown) model: the whole run goes to upstream, unchanged.
+            log.info(
+                "request %s: model %r is not a byok model, relaying the run",
+                rid,
+                requested_model_id(msg.run_request),
+            )
+            slot.decide("relay")
+            await self.forward(scope, replay_receive(body, receive), send)
+            return
+        if slot.kind == "unknown":
+            slot.decide("agent")
         err = self._append(slot, req.append_seqno, msg, len(req.data))
         if err is not None:
             log.warning("request %s: append %s rejected: %s", rid, req.append_seqno, err)
@@ -200,6 +219,10 @@ class App:
             else:
                 slot.deliver(item)
         return None
+
+    def _is_local_model(self, model_id: str) -> bool:
+        model = self.config.model(model_id) if model_id else None
+        return model is not None and model.enabled
 
     def _start_run(self, slot: RunSlot, req: agent.AgentRunRequest) -> ConnectError | None:
         try:
@@ -301,7 +324,18 @@ class App:
             await send({"type": "http.response.body", "body": end_stream_error(err), "more_body": False})
             return
         slot = self.registry.get_or_create(rid)
-        slot.kind = "agent"
+        slot.runsse_open = True
+        if slot.kind == "unknown":
+            # The first BidiAppend (the run_request) decides local or relayed; wait for it.
+            with trio.move_on_after(DECISION_TIMEOUT_S):
+                await slot.decided.wait()
+            if slot.kind == "unknown":
+                err = ConnectError("deadline_exceeded", "no run_request arrived for this RunSSE")
+                await send({"type": "http.response.body", "body": end_stream_error(err), "more_body": False})
+                return
+        if slot.kind == "relay":
+            await self.forward.relay_stream_body(scope, body, send)
+            return
         await self._stream_frames(slot, receive, send)
 
     async def _stream_frames(self, slot: RunSlot, receive: Receive, send: Send) -> None:

@@ -68,15 +68,16 @@ async def respond_connect_error(send: Send, err: ConnectError) -> None:
     await respond(send, http_status_for(err.code), unary_error_body(err), "application/json")
 
 
-def replay_receive(body: bytes) -> Receive:
-    """An ASGI receive that yields an already-read body (to relay it upstream unchanged)."""
+def replay_receive(body: bytes, receive: Receive) -> Receive:
+    """An ASGI receive that yields an already-read body (to relay it upstream unchanged), then
+    defers to the real one, which now only reports the client going away."""
     sent = False
 
-    async def receive() -> dict[str, Any]:
+    async def replay() -> dict[str, Any]:
         nonlocal sent
         if not sent:
             sent = True
             return {"type": "http.request", "body": body, "more_body": False}
-        return {"type": "http.disconnect"}
+        return await receive()
 
-    return receive
+    return replay

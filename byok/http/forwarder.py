@@ -20,7 +20,7 @@ import attrs
 import httpx
 import trio
 
-from byok.http.connect_envelope import ConnectError, unary_error_body
+from byok.http.connect_envelope import ConnectError, end_stream_error, unary_error_body
 from byok.http.proxy import upstream_for
 from byok.http.serve import Receive, Scope, Send
 
@@ -141,6 +141,21 @@ async def _serve_lifespan(receive: Receive, send: Send) -> None:
             return
 
 
+# Connect's HTTP status -> code mapping, for upstream errors surfaced inside a stream.
+_CONNECT_CODE_FOR_STATUS = {
+    400: "invalid_argument",
+    401: "unauthenticated",
+    403: "permission_denied",
+    404: "unimplemented",
+    408: "deadline_exceeded",
+    429: "unavailable",
+    499: "canceled",
+    501: "unimplemented",
+    503: "unavailable",
+    504: "deadline_exceeded",
+}
+
+
 class Forwarder:
     """ASGI app that relays a request to ``upstream`` and streams the answer back.
 
@@ -247,6 +262,46 @@ class Forwarder:
         finally:
             with trio.CancelScope(shield=True):
                 await response.aclose()
+
+    async def relay_stream_body(self, scope: Scope, body: bytes, send: Send) -> None:
+        """Relay a server-streaming call whose response headers were already sent to the client
+        (RunSSE answers its headers before the run_request decides local vs upstream). Upstream's
+        body is piped decoded; an upstream failure becomes a Connect end-stream error, the only
+        way a stream whose status is already 200 can still report one."""
+        headers = filter_headers(scope["headers"], drop=_REQUEST_ONLY_DROP | {b"content-length"})
+        url = upstream_url(upstream_for(scope, self._base), scope)
+        request = httpx.Request(scope["method"], url, headers=headers, content=body)
+        started = time.monotonic()
+        try:
+            response = await self._client.send(request, stream=True)
+        except httpx.TransportError as exc:
+            err = ConnectError("unavailable", f"upstream unreachable: {_describe(exc)}")
+            await send({"type": "http.response.body", "body": end_stream_error(err), "more_body": False})
+            self._log.warning("relay %s -> unreachable (%s)", scope["path"], _describe(exc))
+            return
+        try:
+            if response.status_code != 200:
+                detail = (await response.aread())[:2000].decode("utf-8", "replace")
+                code = _CONNECT_CODE_FOR_STATUS.get(response.status_code, "unavailable")
+                err = ConnectError(code, f"upstream answered HTTP {response.status_code}: {detail}")
+                await send({"type": "http.response.body", "body": end_stream_error(err), "more_body": False})
+                return
+            try:
+                async for chunk in response.aiter_bytes():
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            except httpx.TransportError as exc:
+                self._log.warning("relay %s: upstream failed mid-stream: %s", scope["path"], _describe(exc))
+                return  # the client sees a truncated stream, as it would from upstream itself
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            with trio.CancelScope(shield=True):
+                await response.aclose()
+            self._log.info(
+                "relay %s -> %d in %.0f ms",
+                scope["path"],
+                response.status_code,
+                (time.monotonic() - started) * 1000,
+            )
 
     async def _unreachable(self, send: Send, exc: httpx.TransportError, outcome: _Outcome) -> None:
         if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):

@@ -24,6 +24,8 @@ class RunSlot:
     def __init__(self, request_id: str) -> None:
         self.request_id = request_id
         self.kind: SlotKind = "unknown"
+        self.decided = trio.Event()  # kind is no longer "unknown"
+        self.runsse_open = False  # a RunSSE came for this id: it is an agent request id
         self.order: AppendOrder[agent.AgentClientMessage] = AppendOrder()
         # Frames are buffered until a RunSSE is attached; the run never waits on the client.
         self._frames_send, self.frames = trio.open_memory_channel[bytes](math.inf)
@@ -34,6 +36,12 @@ class RunSlot:
         self._attached: trio.CancelScope | None = None
         self.attached_event = trio.Event()  # set when a RunSSE (re)attaches
         self.cancel_run: Callable[[], None] | None = None  # set while the run task lives
+
+    def decide(self, kind: SlotKind) -> None:
+        """Local agent run or relayed to upstream: decided once, by the first BidiAppend."""
+        if self.kind == "unknown":
+            self.kind = kind
+            self.decided.set()
 
     # --- run side -------------------------------------------------------------
     def send(self, message: bytes) -> None:

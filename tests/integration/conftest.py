@@ -28,7 +28,13 @@ class Daemon:
 
 
 def write_config(
-    path: Path, *, provider_url: str, data_dir: Path, extra: str = "", kind: str = "openai_chat"
+    path: Path,
+    *,
+    provider_url: str,
+    data_dir: Path,
+    extra: str = "",
+    kind: str = "openai_chat",
+    upstream: str = "http://127.0.0.1:9",
 ) -> None:
     path.write_text(
         f"""
@@ -36,7 +42,7 @@ def write_config(
 host = "127.0.0.1"
 port = 0
 data_dir = "{data_dir}"
-upstream = "http://127.0.0.1:9"
+upstream = "{upstream}"
 kv_ack_timeout_s = 5.0
 provider_retry_base_s = 0.01
 
@@ -58,7 +64,10 @@ context_tokens = 128000
 
 @asynccontextmanager
 async def start_daemon(
-    tmp_path: Path, nursery: trio.Nursery, kind: str = "openai_chat"
+    tmp_path: Path,
+    nursery: trio.Nursery,
+    kind: str = "openai_chat",
+    upstream: str = "http://127.0.0.1:9",
 ) -> AsyncIterator[Daemon]:
     """The real daemon on an ephemeral loopback port, its provider a FakeProvider of ``kind``."""
     provider = FakeProvider()
@@ -67,7 +76,7 @@ async def start_daemon(
         provider_url = provider_url.removesuffix("/v1")  # Anthropic base URLs carry no /v1
     data_dir = tmp_path / "data"
     config_path = tmp_path / "byok.toml"
-    write_config(config_path, provider_url=provider_url, data_dir=data_dir, kind=kind)
+    write_config(config_path, provider_url=provider_url, data_dir=data_dir, kind=kind, upstream=upstream)
     config = load_config(config_path, overrides={})
     base_url, shutdown = await nursery.start(run_daemon, config)
     async with httpx.AsyncClient(timeout=30) as client:

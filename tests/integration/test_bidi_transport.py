@@ -178,7 +178,8 @@ async def test_runsse_accepts_raw_and_gzip_bodies(daemon: Daemon) -> None:
         ("undecodable", 400, "invalid_argument"),
         ("no_request_id", 400, "invalid_argument"),
         ("first_not_run_request", 400, "invalid_argument"),
-        ("unknown_model", 404, "not_found"),
+        # Not a byok model: relayed to upstream, which is unreachable in this fixture.
+        ("unknown_model", 502, "unavailable"),
         ("no_model", 400, "invalid_argument"),
         ("oversized", 429, "resource_exhausted"),
     ],
@@ -239,16 +240,16 @@ async def test_runsse_without_request_id_ends_with_error(daemon: Daemon) -> None
     assert b"invalid_argument" in frames[0].payload
 
 
-async def test_unknown_model_also_ends_the_open_runsse(daemon: Daemon) -> None:
+async def test_a_relayed_run_with_upstream_down_ends_the_open_runsse(daemon: Daemon) -> None:
     rid = "req-um"
     result = Transcript()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(read_run, daemon, rid, result)
         await trio.sleep(0.05)
         body = append_body(rid, 0, hexmsg(agent.AgentClientMessage(run_request=run_request(model="nope"))))
-        assert (await post_append(daemon, body)).status_code == 404
-    assert result.error is not None and result.error["code"] == "not_found"
-    assert "nope" in result.error["message"]
+        assert (await post_append(daemon, body)).status_code == 502
+    assert result.error is not None and result.error["code"] == "unavailable"
+    assert "upstream unreachable" in result.error["message"]
 
 
 async def test_healthz(daemon: Daemon) -> None:
