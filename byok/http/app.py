@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from typing import Any
 
 import betterproto2
@@ -26,6 +27,7 @@ from byok.http.asgi import (
 )
 from byok.http.connect_envelope import (
     ConnectError,
+    FrameDecoder,
     ProtocolError,
     decode_unary_body,
     encode_frame,
@@ -43,6 +45,7 @@ from byok.run.slot import RunRegistry, RunSlot
 log = logging.getLogger("byok.http")
 
 RUN_SSE = "/agent.v1.AgentService/RunSSE"
+RUN_BIDI = "/agent.v1.AgentService/Run"
 BIDI_APPEND = "/aiserver.v1.BidiService/BidiAppend"
 HEALTHZ = "/byok/healthz"
 # A finished run's slot lingers so late appends (ACKs, heartbeats) are dropped idempotently.
@@ -51,15 +54,28 @@ SLOT_LINGER_S = 120.0
 DECISION_TIMEOUT_S = 300.0
 
 
-def decode_agent_message(data: str) -> agent.AgentClientMessage | None:
-    """The append's AgentClientMessage, or None when data is not one (CLARIFICATIONS §1)."""
+async def _watch_disconnect(receive: Receive, scope: trio.CancelScope) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    scope.cancel()
+
+
+def _parse_client_message(raw: bytes) -> agent.AgentClientMessage | None:
     try:
-        raw = bytes.fromhex(data)
         msg = agent.AgentClientMessage.parse(raw)
     except Exception:
         return None
     name, _ = betterproto2.which_one_of(msg, "message")
     return msg if name else None
+
+
+def decode_agent_message(data: str) -> agent.AgentClientMessage | None:
+    """The append's AgentClientMessage, or None when data is not one (CLARIFICATIONS §1)."""
+    try:
+        raw = bytes.fromhex(data)
+    except ValueError:
+        return None
+    return _parse_client_message(raw)
 
 
 class App:
@@ -100,6 +116,8 @@ class App:
         try:
             if path == RUN_SSE and method == "POST":
                 await self.run_sse(scope, receive, send)
+            elif path == RUN_BIDI and method == "POST":
+                await self.run_bidi(scope, receive, send)
             elif path == BIDI_APPEND and method == "POST":
                 await self.bidi_append(scope, receive, send)
             elif path == HEALTHZ and method == "GET":
@@ -338,20 +356,21 @@ class App:
             return
         await self._stream_frames(slot, receive, send)
 
-    async def _stream_frames(self, slot: RunSlot, receive: Receive, send: Send) -> None:
+    async def _stream_frames(
+        self, slot: RunSlot, receive: Receive, send: Send, *, client_messages: bool = False
+    ) -> None:
+        """The one writer of a run's frames. With ``client_messages`` (the HTTP/2 Run call) the
+        request body carries the client's messages and is read alongside, in frame order."""
         heartbeat = encode_frame(encode.heartbeat())
         interval = self.config.server.heartbeat_s
         ended = False
         with trio.CancelScope() as cs:
             slot.attach(cs)
             async with trio.open_nursery() as nursery:
-
-                async def watch_disconnect() -> None:
-                    while (await receive())["type"] != "http.disconnect":
-                        pass
-                    cs.cancel()
-
-                nursery.start_soon(watch_disconnect)
+                if client_messages:
+                    nursery.start_soon(self._read_client_frames, slot, receive, cs)
+                else:
+                    nursery.start_soon(_watch_disconnect, receive, cs)
                 try:
                     while True:
                         frame = None
@@ -370,3 +389,61 @@ class App:
             self.nursery.start_soon(self._grace, slot)
         if ended:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    # --- HTTP/2 Run -------------------------------------------------------------------
+    async def run_bidi(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """`agent.v1.AgentService/Run`: one HTTP/2 bidi stream carrying what RunSSE + BidiAppend
+        carry. The request id is the x-request-id header; client frames are numbered from 0 in
+        order, exactly like BidiAppend seqnos, and feed the same slot."""
+        rid = header(scope, "x-request-id") or str(uuid.uuid4())
+        slot = self.registry.get_or_create(rid)
+        slot.runsse_open = True
+        slot.decide("agent")
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"application/connect+proto"),
+                    (b"connect-protocol-version", b"1"),
+                ],
+            }
+        )
+        await self._stream_frames(slot, receive, send, client_messages=True)
+
+    async def _read_client_frames(self, slot: RunSlot, receive: Receive, stream: trio.CancelScope) -> None:
+        decoder = FrameDecoder(self.max_body)
+        seqno = 0
+        while True:
+            event = await receive()
+            if event["type"] == "http.disconnect":
+                stream.cancel()
+                return
+            try:
+                frames = decoder.feed(event.get("body", b""))
+            except ProtocolError as e:
+                self._fail_slot(slot, e.to_connect_error())
+                return
+            for frame in frames:
+                if frame.end_stream:
+                    continue
+                msg = _parse_client_message(frame.payload)
+                if msg is None:
+                    err = ConnectError("invalid_argument", f"frame {seqno} is not an AgentClientMessage")
+                    self._fail_slot(slot, err)
+                    return
+                err = self._append(slot, seqno, msg, len(frame.payload))
+                seqno += 1
+                if err is not None:
+                    self._fail_slot(slot, err)
+                    return
+            if not event.get("more_body", False):
+                # The client half-closed: keep streaming our frames until the run ends.
+                await trio.sleep_forever()
+
+    def _fail_slot(self, slot: RunSlot, err: ConnectError) -> None:
+        log.warning("request %s: %s", slot.request_id, err)
+        if slot.cancel_run is not None:
+            slot.cancel_run()
+        else:
+            slot.close(end_stream_error(err))
