@@ -85,11 +85,12 @@ async def test_appends_before_runsse_and_out_of_order(daemon: Daemon) -> None:
             seen = 0
             while tr.end_stream is None:
                 await trio.sleep(0.01)
-                for rec in tr.frames[seen:]:
+                while seen < len(tr.frames):  # frames keep arriving while we append
+                    rec = tr.frames[seen]
+                    seen += 1
                     for reply in sim.auto_reply(rec.message, set()):
                         await sim.append(rid, seq, reply)
                         seq += 1
-                seen = len(tr.frames)
 
         nursery.start_soon(ack_loop)
         await read_run(daemon, rid, tr)
