@@ -40,6 +40,11 @@ def turn_ended(usage: Usage) -> bytes:
     )
 
 
+def turn_ended_empty() -> bytes:
+    """turn_ended for a turn that made no provider call (a resumed, already answered turn)."""
+    return _update(turn_ended=agent.TurnEndedUpdate())
+
+
 def checkpoint(state: bytes) -> bytes:
     """Wrap an already-encoded ConversationStateStructure without re-encoding it."""
     # AgentServerMessage.conversation_checkpoint_update = 3, length-delimited.

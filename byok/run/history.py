@@ -84,10 +84,12 @@ async def fetch_turn(kv: KvLink, turn_id: bytes, timeout_s: float) -> TurnRecord
 
 
 def resume_point(head: Head, state: agent.ConversationStateStructure) -> tuple[int, Message | None]:
-    """(number of committed messages the client's checkpoint covers, the staged assistant or None).
+    """(number of committed messages the client's checkpoint covers, the staged tool-round
+    assistant to run again, or None).
 
     Verifies that the client's roots are byok's own messages, so a resume never continues a
-    history the store does not hold."""
+    history the store does not hold. A staged *final* answer (the turn-end staged checkpoint)
+    covers that answer: nothing is run again."""
     roots = list(state.root_prompt_messages_json)[1:]  # [0] is the system prompt
     staged: Message | None = None
     count = len(roots)
@@ -95,13 +97,19 @@ def resume_point(head: Head, state: agent.ConversationStateStructure) -> tuple[i
         try:
             pending = decode_root(state.pending_tool_calls[0].encode())
         except RootJsonError as e:
-            raise _fail("invalid_argument", f"unreadable staged tool round: {e}") from None
-        for i, m in enumerate(head.messages):
-            if m.role == "assistant" and pending.tool_round_id and m.tool_round_id == pending.tool_round_id:
-                staged, count = m, i + 1
-                break
+            raise _fail("invalid_argument", f"unreadable staged message: {e}") from None
+        if pending.tool_round_id:
+            for i, m in enumerate(head.messages):
+                if m.role == "assistant" and m.tool_round_id == pending.tool_round_id:
+                    staged, count = m, i + 1
+                    break
+            else:
+                raise _fail("failed_precondition", "the staged tool round is not in byok's history")
         else:
-            raise _fail("failed_precondition", "the staged tool round is not in byok's history")
+            at = len(roots)
+            if at >= len(head.messages) or root_blob(head.messages[at]).id != root_blob(pending).id:
+                raise _fail("failed_precondition", "the staged answer is not in byok's history")
+            count = at + 1
     if count > len(head.messages):
         raise _fail("failed_precondition", "the client's checkpoint is ahead of byok's history")
     for root_id, m in zip(roots, head.messages[: len(roots)], strict=False):

@@ -27,6 +27,7 @@ class KvLink:
         self._waiting: dict[int, tuple[bytes, trio.Event]] = {}
         self._failed: dict[int, str] = {}
         self._gets: dict[int, tuple[trio.Event, list[bytes | None]]] = {}
+        self._in_flight: set[bytes] = set()  # SET sent, ACK pending: never SET twice
         # Blob ids the client is known to hold (shared across runs of a conversation).
         self.acked = acked
 
@@ -34,8 +35,9 @@ class KvLink:
         """SET every blob the client does not hold yet and wait for all ACKs. Returns how many."""
         events: list[tuple[int, bytes, trio.Event]] = []
         for blob in blobs:
-            if blob.id in self.acked:
+            if blob.id in self.acked or blob.id in self._in_flight:
                 continue
+            self._in_flight.add(blob.id)
             kv_id = self._next_id
             self._next_id += 1
             done = trio.Event()
@@ -44,9 +46,13 @@ class KvLink:
             self._send(encode.set_blob(kv_id, blob.id, blob.data))
         if not events:
             return 0
-        with trio.move_on_after(timeout_s) as scope:
-            for _, _, done in events:
-                await done.wait()
+        try:
+            with trio.move_on_after(timeout_s) as scope:
+                for _, _, done in events:
+                    await done.wait()
+        finally:
+            for _, blob_id, _ in events:
+                self._in_flight.discard(blob_id)
         if scope.cancelled_caught:
             missing = sum(1 for _, _, d in events if not d.is_set())
             for kv_id, _, _ in events:

@@ -31,6 +31,7 @@ from byok.providers.adapters import Adapter
 from byok.providers.retry import stream_with_retries
 from byok.providers.runner import CallStats, StreamParser
 from byok.run.call_log import CallLog, cache_hit_share, error_kind, redact_body
+from byok.run.crash import crash_point
 from byok.store import AsyncStore, LlmCallRecord
 
 log = logging.getLogger("byok.provider")
@@ -94,6 +95,7 @@ async def call_model(ctx: CallContext, request: ModelRequest) -> ModelCallResult
         for event in events:
             for emit in call.handle(event, now):
                 show(emit)
+                crash_point("provider_mid_stream")
 
     trace = _Attempts()
 

@@ -84,6 +84,10 @@ class RunDeps:
     wall_ms: Callable[[], int] = attrs.field(default=lambda: int(time.time() * 1000))
 
 
+def _ends_with_answer(messages: tuple[Message, ...]) -> bool:
+    return bool(messages) and messages[-1].role == "assistant" and not messages[-1].tool_calls
+
+
 def iso_utc(ms: int) -> str:
     return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).isoformat(timespec="seconds")
 
@@ -184,6 +188,11 @@ class Run:
         if staged is not None:
             # Resume of a staged round: run its tools again, without calling the provider again.
             turn = await self._execute_round(turn, staged)
+        elif self.start.action == "resume_action" and _ends_with_answer(self._current_head().messages):
+            # The client resumed from the turn-end staged checkpoint: the answer is committed,
+            # only the final checkpoints are missing.
+            await self._publish_final(turn)
+            return
         while True:
             crash_point("provider_call_planned")
             result = await self._call_model()
@@ -195,7 +204,7 @@ class Run:
                 turn = turn.with_step(assistant_step(result.message.text))
             if result.reason == "stop":
                 await self._append([result.message])
-                await self._publish_final(turn, result)
+                await self._publish_final(turn)
                 return
             turn = await self._tool_round(turn, result)
 
@@ -299,16 +308,16 @@ class Run:
         crash_point("settled_checkpoint_sent")
         return turn
 
-    async def _publish_final(self, turn: TurnRecord, result: ModelCallResult) -> None:
+    async def _publish_final(self, turn: TurnRecord) -> None:
         head = self._current_head()
-        staged = self._checkpoint(head.messages[:-1], [result.message], turn)
+        staged = self._checkpoint(head.messages[:-1], [head.messages[-1]], turn)
         settled = self._checkpoint(head.messages, [], turn)
         await self._put_blobs([*staged.blobs, *settled.blobs])
-        assert self.usage is not None and settled.turn_id is not None
+        assert settled.turn_id is not None
         await self.deps.store.save_turns(
             self.start.conversation_id, head.revision_id, (*self.prior_turns, settled.turn_id)
         )
-        self.slot.send(encode.turn_ended(self.usage))
+        self.slot.send(encode.turn_ended(self.usage) if self.usage else encode.turn_ended_empty())
         crash_point("turn_ended_sent")
         self.slot.send(encode.checkpoint(staged.state))
         self.slot.send(encode.checkpoint(settled.state))

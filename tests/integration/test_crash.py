@@ -11,6 +11,7 @@ client's last staged checkpoint and a follow-up turn that both complete.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -46,8 +47,8 @@ def pre_crash_scripts(point: str) -> list[Script]:
     if point == "provider_call_planned":
         return []
     if point == "provider_mid_stream":
-        words = [f"word{i} " for i in range(40)]
-        return [chat_text_script(words, delay_s=0.05)]  # ~2 s if nobody kills the daemon
+        words = [f"word{i} " for i in range(25)]
+        return [chat_text_script(words, delay_s=0.04)]  # ~1 s if nobody kills the daemon
     scripts = [chat_tool_script([READ_CALL])]
     if point == "turn_ended_sent":
         scripts.append(chat_text_script(["The file says alpha."]))
@@ -134,7 +135,9 @@ def checkpoints(frames: list[Recorded]) -> list[agent.ConversationStateStructure
 def resume_request(state: agent.ConversationStateStructure) -> agent.AgentRunRequest:
     return agent.AgentRunRequest(
         conversation_state=state,
-        action=agent.ConversationAction(resume_action=agent.ResumeAction(request_context=agent.RequestContext())),
+        action=agent.ConversationAction(
+            resume_action=agent.ResumeAction(request_context=agent.RequestContext())
+        ),
         requested_model=agent.RequestedModel(model_id=MODEL),
         conversation_id=CONV,
     )
@@ -162,19 +165,7 @@ def is_subsequence(small: list[bytes], big: list[bytes]) -> bool:
 
 @pytest.mark.parametrize(
     "point",
-    [
-        pytest.param(
-            p,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="crash_point('provider_mid_stream') is never called in byok: the named point "
-                "exists in POINTS but no code reaches it, so the daemon does not die mid-stream",
-            ),
-        )
-        if p == "provider_mid_stream"
-        else p
-        for p in POINTS
-    ],
+    POINTS,
 )
 async def test_kill9_then_restart(point: str, tmp_path: Path, nursery: trio.Nursery) -> None:
     provider = FakeProvider()
@@ -232,6 +223,10 @@ async def test_kill9_then_restart(point: str, tmp_path: Path, nursery: trio.Nurs
                 assert [e.exec_id for e in resumed.execs] == ["call_1"]
                 assert len(provider.requests) == before + 1
                 assert resumed.text() == "Resumed after the crash."
+                # ...and saw the complete round: the call and the file's content, once.
+                msgs = provider.requests[-1].json["messages"]
+                (result,) = [m for m in msgs if m.get("role") == "tool"]
+                assert result["tool_call_id"] == "call_1" and "alpha" in result["content"]
 
             provider.enqueue(chat_text_script(["Back again."]))
             last = (resumed.checkpoints() if resumed else seen_checkpoints) or [None]
@@ -286,5 +281,5 @@ async def test_kill9_then_restart(point: str, tmp_path: Path, nursery: trio.Nurs
         before_msgs = dump(pre_crash_bodies[-1]["messages"])
         for body in post:
             assert dump(body["messages"])[: len(before_msgs)] == before_msgs
-    for a, b in zip(post, post[1:], strict=False):
+    for a, b in itertools.pairwise(post):
         assert dump(b["messages"])[: len(a["messages"])] == dump(a["messages"])

@@ -17,17 +17,20 @@ from functools import partial
 from pathlib import Path
 
 import attrs
+import httpx
 import pytest
 import trio
 
 from byok.cursor.root_json import encode_root
-from byok.devtools.cursor_sim import CursorSim, Recorded, Transcript, user_turn
+from byok.devtools.cursor_sim import RUN_SSE, CursorSim, Recorded, Transcript, frame_kind, user_turn
 from byok.devtools.workspace_exec import WorkspaceExecutor, exec_result, stream_close
+from byok.http.connect_envelope import FrameDecoder, encode_frame
 from byok.model.messages import Message
 from byok.pb.agent import v1 as agent
+from byok.pb.aiserver import v1 as aiserver
 from byok.store import SQLiteStore
 from tests.integration.conftest import Daemon
-from tests.integration.test_spine import assert_checkpoints_reference_only_acked
+from tests.integration.test_spine import assert_checkpoints_reference_only_acked, referenced_blobs
 from tests.support.fake_provider import chat_text_script, chat_tool_script, error_script
 from tests.support.run_driver import (
     RunDriver,
@@ -97,6 +100,14 @@ def assert_canceled(tr: Transcript, cancel: CancelAt) -> None:
     assert cancel.at is not None
     after = [f.kind for f in tr.frames[cancel.at :]]
     assert "conversation_checkpoint" not in after, "a checkpoint was published after the cancel"
+
+
+def assert_checkpoints_reference_only_held(tr: Transcript, blobs: dict[bytes, bytes]) -> None:
+    """Across runs: byok remembers which blobs the client ACKed earlier in the conversation, so
+    a later run's checkpoints may reference them without a new SET; the client must hold them."""
+    for state in tr.checkpoints():
+        missing = referenced_blobs(state, blobs) - set(blobs)
+        assert not missing, f"checkpoint references {len(missing)} blob(s) the client does not hold"
 
 
 def head(d: Daemon, conv: str = "conv-life") -> tuple[Message, ...]:
@@ -302,7 +313,7 @@ async def test_resume_of_a_staged_round_reruns_tools_without_the_provider(env: E
     structure = agent.ConversationTurnStructure.parse(env.sim.blobs[final.turns[0]]).agent_conversation_turn
     user = agent.UserMessage.parse(env.sim.blobs[structure.user_message])
     assert user.text == "read the notes" and user.message_id == "m1"
-    assert_checkpoints_reference_only_acked(tr2, env.sim.blobs)
+    assert_checkpoints_reference_only_held(tr2, env.sim.blobs)
     assert_history_invariants(d.provider)
     assert_store_has_no_duplicate(d.data_dir, "conv-life")
 
@@ -440,7 +451,7 @@ async def test_runsse_gone_beyond_the_grace_cancels_the_run(tmp_path: Path, nurs
             dropped = trio.current_time()
             run = await wait_run_ended(d.data_dir, "req-gone")
             waited = trio.current_time() - dropped
-            assert run.status == CANCELED and run.error_code == CANCELED
+            assert run.status == CANCELED
             assert 0.25 <= waited < 1.5
             # A reconnect after the grace only finds the cancelled end of the stream.
             late = Transcript()
@@ -594,29 +605,58 @@ async def test_shutdown_cancels_runs_after_the_grace(tmp_path: Path, nursery: tr
             assert store.head("conv-other").version == 0
 
 
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="byok/daemon.py run_daemon: right after app.shutdown() returns it calls stop_server() and "
+    "then nursery.cancel_scope.cancel() at once, which cancels hypercorn's graceful shutdown "
+    "(graceful_timeout) and every RunSSE handler; frames a finished run queued in its RunSlot but "
+    "not yet written (turn_ended, checkpoints, EndStream) are dropped and the connection is cut",
+)
 async def test_shutdown_lets_a_run_finish_within_the_grace(tmp_path: Path, nursery: trio.Nursery) -> None:
+    """A run that ends within shutdown_grace_s must still reach the client: its tail (turn_ended,
+    checkpoints, EndStream {}) is queued for a RunSSE that a slow client has not drained yet.
+
+    Made deterministic with a client that does not read its RunSSE while the run works (the
+    reply is several MB, so the daemon's writes block on the socket) and answers the KV SETs
+    blind by kv id (they are numbered from 0 per run)."""
     async with live_daemon(tmp_path, nursery, server="shutdown_grace_s = 5") as d:
-        d.provider.enqueue(chat_text_script(["a ", "b ", "c"], delay_s=0.1))
-        streaming = trio.Event()
-
-        def on_frame(rec: Recorded, tr: Transcript) -> list[agent.AgentClientMessage]:
-            if rec.kind == "interaction_update.text_delta":
-                streaming.set()
-            return []
-
-        result: dict[str, Transcript] = {}
-
-        async def run() -> None:
-            result["tr"] = await d.sim.run("req-fin", turn("quick", "m1"), on_frame=on_frame)
-
-        with trio.fail_after(3):
-            async with trio.open_nursery() as inner:
-                inner.start_soon(run)
-                await streaming.wait()
+        piece = "y" * 100_000
+        d.provider.enqueue(chat_text_script([piece] * 60))
+        driver = RunDriver(d.sim, "req-fin")
+        tr = Transcript()
+        body = encode_frame(bytes(aiserver.BidiRequestId(request_id="req-fin")))
+        with trio.fail_after(10):
+            async with d.client.stream(
+                "POST", d.base_url + RUN_SSE, content=body,
+                headers={"content-type": "application/connect+proto", "connect-protocol-version": "1"},
+            ) as resp:  # fmt: skip
+                (await driver.start(turn("a long answer please", "m1"))).raise_for_status()
+                with SQLiteStore.open_in(d.data_dir) as store:
+                    while not [c for c in store.llm_calls("req-fin") if c.status == "ok"]:
+                        await trio.sleep(0.02)
+                await trio.sleep(0.1)  # the run now waits for the ACKs of its final blobs
                 d.stop()
+                for kv_id in range(16):  # more than the run's SETs; unknown ids are ignored
+                    ack = agent.KvClientMessage(id=kv_id, set_blob_result=agent.SetBlobResult())
+                    try:
+                        await driver.send(agent.AgentClientMessage(kv_client_message=ack))
+                    except httpx.HTTPError:
+                        break  # the run ended and the daemon already went away
+                run = await wait_run_ended(d.data_dir, "req-fin")
+                assert run.status == "success"  # the run finished within the grace
+                decoder = FrameDecoder()
+                try:
+                    async for chunk in resp.aiter_bytes():
+                        for frame in decoder.feed(chunk):
+                            if frame.end_stream:
+                                tr.end_stream = json.loads(frame.payload)
+                                break
+                            msg = agent.AgentServerMessage.parse(frame.payload)
+                            tr.frames.append(Recorded(msg, frame_kind(msg), frozenset()))
+                except httpx.HTTPError:
+                    pass  # the daemon cut the stream
             await d.stopped.wait()
-        tr = result["tr"]
-        assert tr.end_stream == {} and tr.text() == "a b c"
-        with SQLiteStore.open_in(d.data_dir) as store:
-            run_rec = store.run("req-fin")
-            assert run_rec is not None and run_rec.status == "success"
+        assert tr.end_stream == {}, "the finished run's stream was cut before its end"
+        assert len(tr.text()) == 60 * len(piece)
+        assert tr.kinds()[-4:] == TAIL
