@@ -28,6 +28,7 @@ from byok.model.events import (
 from byok.model.messages import ReplayState, ToolCall, canonical_json
 from byok.model.request import AssistantTurn, ModelRequest, ToolResultTurn, UserTurn
 from byok.model.usage import Usage
+from byok.providers.replay import saved_list
 from byok.providers.sse import SSEDecoder, SSEEvent
 
 PROVIDER_KIND = "anthropic"
@@ -164,16 +165,7 @@ def _tool_input(arguments: str) -> dict[str, Any]:
 
 
 def _saved_blocks(replay: ReplayState | None) -> list[dict[str, Any]] | None:
-    if replay is None or replay.provider_kind != PROVIDER_KIND:
-        return None  # another adapter's state (e.g. after a provider switch) is not ours to send
-    try:
-        obj = json.loads(replay.data)
-    except ValueError:
-        return None
-    blocks = obj.get("blocks") if isinstance(obj, dict) else None
-    if not isinstance(blocks, list) or not all(isinstance(b, dict) for b in blocks):
-        return None
-    return blocks
+    return saved_list(replay, PROVIDER_KIND, "blocks")
 
 
 # --- stream --------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from byok.model.events import (
 from byok.model.messages import ReplayState, ToolCall, canonical_json
 from byok.model.request import AssistantTurn, ModelRequest, ToolResultTurn, UserTurn
 from byok.model.usage import Usage
+from byok.providers.replay import saved_list
 from byok.providers.sse import SSEDecoder, SSEEvent
 
 PROVIDER_KIND = "openai_responses"
@@ -170,16 +171,7 @@ def _call_item(item_id: str | None, call: ToolCall) -> dict[str, Any]:
 
 
 def _saved_items(replay: ReplayState | None) -> list[dict[str, Any]] | None:
-    if replay is None or replay.provider_kind != PROVIDER_KIND:
-        return None  # another adapter's state (e.g. after a provider switch) is not ours to send
-    try:
-        obj = json.loads(replay.data)
-    except ValueError:
-        return None
-    items = obj.get("items") if isinstance(obj, dict) else None
-    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-        return None
-    return items
+    return saved_list(replay, PROVIDER_KIND, "items")
 
 
 # --- stream --------------------------------------------------------------------------------
