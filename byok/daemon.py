@@ -25,6 +25,8 @@ from byok.run.runner import RunDeps, ToolSetup
 from byok.store import AsyncStore
 
 log = logging.getLogger("byok")
+# After the runs end, how long their streams get to write their last frames.
+STREAM_DRAIN_S = 5.0
 
 
 def provider_client() -> httpx.AsyncClient:
@@ -99,6 +101,7 @@ async def run_daemon(
             await stop.wait()
             log.info("shutting down: waiting up to %gs for active runs", config.server.shutdown_grace_s)
             await app.shutdown(config.server.shutdown_grace_s)
+            await app.drain_streams(STREAM_DRAIN_S)
             if stop_proxy is not None:
                 stop_proxy()
             stop_server()

@@ -101,6 +101,9 @@ class App:
         self.supervisors = Supervisors()
         self.max_body = config.server.max_body_bytes
         self.accepting = True
+        self.streams = 0  # RunSSE / Run responses currently writing frames
+        self._streams_idle = trio.Event()
+        self._streams_idle.set()
         self.active: set[ActiveRun] = set()
         self._idle = trio.Event()
         self._idle.set()
@@ -363,6 +366,31 @@ class App:
         request body carries the client's messages and is read alongside, in frame order."""
         heartbeat = encode_frame(encode.heartbeat())
         interval = self.config.server.heartbeat_s
+        self.streams += 1
+        if self._streams_idle.is_set():
+            self._streams_idle = trio.Event()
+        try:
+            await self._write_frames(slot, receive, send, client_messages, heartbeat, interval)
+        finally:
+            self.streams -= 1
+            if not self.streams:
+                self._streams_idle.set()
+
+    async def drain_streams(self, timeout_s: float) -> None:
+        """After shutdown: let finished runs' streams write their last frames (turn_ended,
+        checkpoints, EndStream) before the server goes away."""
+        with trio.move_on_after(timeout_s):
+            await self._streams_idle.wait()
+
+    async def _write_frames(
+        self,
+        slot: RunSlot,
+        receive: Receive,
+        send: Send,
+        client_messages: bool,
+        heartbeat: bytes,
+        interval: float,
+    ) -> None:
         ended = False
         with trio.CancelScope() as cs:
             slot.attach(cs)

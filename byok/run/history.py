@@ -7,6 +7,7 @@ byte for byte, and fails closed when anything is missing.
 
 from __future__ import annotations
 
+import attrs
 import trio
 
 from byok.cursor.checkpoint import TurnRecord, root_blob
@@ -70,7 +71,27 @@ async def import_history(
         raise _fail("failed_precondition", f"cannot import the conversation: {e}") from None
     if not messages:
         return await store.head(conversation_id)
-    return await store.append(conversation_id, 0, messages, now_ms)
+    return await store.append(conversation_id, 0, group_foreign_rounds(messages), now_ms)
+
+
+def group_foreign_rounds(messages: list[Message]) -> list[Message]:
+    """Roots written by another server carry no tool-round identity: give each assistant with
+    calls a deterministic round id and attach the tool results that follow it, in order, so
+    projection folds them like byok's own rounds."""
+    out: list[Message] = []
+    round_id = ""
+    seq = 0
+    for i, m in enumerate(messages):
+        if m.role == "assistant" and m.tool_calls and not m.tool_round_id:
+            round_id, seq = f"imported:{i}", 0
+            m = attrs.evolve(m, tool_round_id=round_id)
+        elif m.role == "tool" and not m.tool_round_id and round_id:
+            seq += 1
+            m = attrs.evolve(m, tool_round_id=round_id, completion_seq=seq)
+        elif m.role != "tool":
+            round_id = ""
+        out.append(m)
+    return out
 
 
 async def fetch_turn(kv: KvLink, turn_id: bytes, timeout_s: float) -> TurnRecord:
@@ -83,13 +104,22 @@ async def fetch_turn(kv: KvLink, turn_id: bytes, timeout_s: float) -> TurnRecord
     return TurnRecord(structure.request_id or "", parts[0], tuple(parts[1:]))
 
 
-def resume_point(head: Head, state: agent.ConversationStateStructure) -> tuple[int, Message | None]:
+def resume_point(
+    head: Head, state: agent.ConversationStateStructure, *, imported: bool = False
+) -> tuple[int, Message | None]:
     """(number of committed messages the client's checkpoint covers, the staged tool-round
     assistant to run again, or None).
 
     Verifies that the client's roots are byok's own messages, so a resume never continues a
     history the store does not hold. A staged *final* answer (the turn-end staged checkpoint)
     covers that answer: nothing is run again."""
+    if imported:
+        # The history was just imported from exactly these blobs (hash-verified); the staged
+        # message, if any, is its last message.
+        last = head.messages[-1] if head.messages else None
+        if state.pending_tool_calls and last is not None and last.tool_calls:
+            return len(head.messages), last
+        return len(head.messages), None
     roots = list(state.root_prompt_messages_json)[1:]  # [0] is the system prompt
     staged: Message | None = None
     count = len(roots)

@@ -216,11 +216,13 @@ class Run:
         timeout = self.deps.config.server.kv_ack_timeout_s
         state = st.client_state
         self.head = await store.head(st.conversation_id)
+        imported = False
         if self.head.version == 0 and state is not None and state.root_prompt_messages_json:
             self.head = await import_history(
                 store, self.kv, st.conversation_id, state, self.deps.wall_ms(), timeout
             )
             self.prior_turns = tuple(state.turns)
+            imported = True
         else:
             self.prior_turns = await store.turns_at(self.head.revision_id)
         if state is not None and state.token_details is not None:
@@ -229,7 +231,7 @@ class Run:
         if st.action == "resume_action":
             if state is None or not state.root_prompt_messages_json:
                 return TurnRecord(st.request_id, bytes(agent.UserMessage())), None
-            count, staged = resume_point(self._current_head(), state)
+            count, staged = resume_point(self._current_head(), state, imported=imported)
             await self._move_to(count)
             turns = list(state.turns)
             self.prior_turns = tuple(turns[:-1])

@@ -50,7 +50,9 @@ def resume_request(
     """The run_request Cursor sends to resume a conversation from its last checkpoint."""
     return agent.AgentRunRequest(
         conversation_state=state,
-        action=agent.ConversationAction(resume_action=agent.ResumeAction(request_context=agent.RequestContext())),
+        action=agent.ConversationAction(
+            resume_action=agent.ResumeAction(request_context=agent.RequestContext())
+        ),
         requested_model=agent.RequestedModel(model_id=model_id),
         conversation_id=conversation_id,
     )
