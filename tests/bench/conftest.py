@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import platform
+import subprocess
 from typing import Any
 
 from tests.bench import driver
@@ -23,6 +24,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any)
         f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} cores, "
         f"load average now {load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f}"
     )
+    tr.write_line(f"byok at {_revision()}")
     tr.write_line("Targets are reported, not enforced: PASS/FAIL below never fails the run.")
     for line in driver.table():
         tr.write_line(line)
@@ -31,3 +33,21 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any)
         tr.write_line("Notes:")
         for note in driver.NOTES:
             tr.write_line(f"  - {note}")
+
+
+def _revision() -> str:
+    """The commit measured, and whether the working tree differed from it (read-only git)."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "byok"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "an unknown revision (no git)"
+    return f"{head}" + (" with uncommitted changes under byok/" if dirty else "")

@@ -539,9 +539,9 @@ def bodies_with(provider: FakeProvider, tag: str) -> list[bytes]:
 
 # Which side of the loopback a sampled stack belongs to, by the files on it. With async_mode
 # off a sample is the trio thread's real stack: the run loop, then one task's whole await chain.
-_SIDES = (
-    ("client (CursorSim)", ("byok/devtools/cursor_sim.py", "tests/bench/")),
+_SIDES = (  # in this order: TimedProvider (tests/bench/driver.py) runs under fake_provider.py frames
     ("provider (FakeProvider)", ("tests/support/fake_provider.py",)),
+    ("client (CursorSim)", ("byok/devtools/cursor_sim.py", "tests/bench/")),
 )
 
 

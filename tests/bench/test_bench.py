@@ -12,6 +12,7 @@ never asserted: the assertions only check that a benchmark really ran.
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 import os
@@ -189,7 +190,9 @@ async def test_1_added_ttft(tmp_path: Path, nursery: trio.Nursery) -> None:
         with SQLiteStore.open_in(b.data_dir) as db:
             for i in range(10):  # warm-up: imports, connection pools, SQLite pages
                 await measured_turn(b, db, f"warm-{i}", f"warm-conv-{i}")
+            cpu0 = b.daemon_cpu_s()
             fresh = [await measured_turn(b, db, f"ttft-{i}", f"ttft-conv-{i}") for i in range(N_TTFT)]
+            turn_cpu = (b.daemon_cpu_s() - cpu0) / N_TTFT
             same: list[TurnSample] = []
             state = None
             for i in range(N_SAME):
@@ -199,6 +202,7 @@ async def test_1_added_ttft(tmp_path: Path, nursery: trio.Nursery) -> None:
             history = len(b.provider.requests[same[-1].provider_index].json["messages"])
         bodies = [b.provider.requests[s.provider_index].body for s in same]
     report_ttft("fresh conversations", fresh, targets=True)
+    report("1 TTFT", "  daemon CPU per whole simple turn (fresh conversation)", ms(turn_cpu), "ms")
     report_ttft(f"one conversation growing to {history} messages", same, targets=True)
     first, last = same[:20], same[-20:]
     report(
@@ -252,7 +256,13 @@ async def test_2_frame_throughput(tmp_path: Path, nursery: trio.Nursery) -> None
                 ">=",
                 note=f"whole run {wall1 - wall0:.2f} s wall, first frame after {ms(at[0] - sent):.0f} ms",
             )
-            report("2 throughput", f"daemon CPU per 1,000 frames, {label}", daemon_cpu * 1000, "ms")
+            report(
+                "2 throughput",
+                f"daemon CPU per 1,000 frames, {label}",
+                daemon_cpu * 1000,
+                "ms",
+                note=f"daemon busy {100 * (daemon1 - daemon0) / (wall1 - wall0):.0f}% of a core over the run",
+            )
             report(
                 "2 throughput",
                 f"frames per daemon CPU-second, {label}",
@@ -269,8 +279,8 @@ async def test_2_frame_throughput(tmp_path: Path, nursery: trio.Nursery) -> None
             )
     note(
         "2: daemon CPU is the child process's utime+stime (/proc/<pid>/stat) over the whole run; "
-        "frames/s is text_delta frames over first->last frame arrival at the client; the client "
-        "(Connect decode + protobuf parse per frame) and the provider share the other process."
+        "frames/s is text_delta frames over first->last frame arrival at the client; the light "
+        "client (see 3) and the provider share the other process."
     )
 
 
@@ -377,7 +387,8 @@ async def test_3_concurrency(tmp_path: Path, nursery: trio.Nursery) -> None:
         "  daemon CPU per delivered frame (whole runs incl. turn start/end)",
         st.daemon_cpu / len(latency) * 1e6,
         "us",
-        note=f"{len(latency) / st.wall:.0f} frames/s offered over {st.wall:.1f} s",
+        note=f"{len(latency) / st.wall:.0f} frames/s delivered over {st.wall:.1f} s, "
+        f"{N_RUNS / DELTA_GAP_S:.0f}/s offered",
     )
     report(
         "3 concurrency",
@@ -803,14 +814,16 @@ async def test_5_long_conversation(tmp_path: Path, nursery: trio.Nursery) -> Non
         "added TTFT, first turn after a restart (cold)",
         ms(cold.added),
         "ms",
-        note=f"via {ms(cold.via):.0f} ms, direct {ms(cold.direct):.0f} ms",
+        note=f"via {ms(cold.via):.0f} ms (run_request -> provider request {ms(cold.precall):.0f} ms), "
+        f"direct {ms(cold.direct):.0f} ms",
     )
     report(
         "5 long conv",
         "added TTFT, next turn (warm)",
         ms(warm.added),
         "ms",
-        note=f"via {ms(warm.via):.0f} ms, direct {ms(warm.direct):.0f} ms",
+        note=f"via {ms(warm.via):.0f} ms (run_request -> provider request {ms(warm.precall):.0f} ms), "
+        f"direct {ms(warm.direct):.0f} ms",
     )
     report("5 long conv", "  first turn after a restart, whole turn (re-SETs every root blob)", turn1_s, "s")
     report(
@@ -1019,7 +1032,55 @@ async def test_10_profile_concurrency(tmp_path: Path, nursery: trio.Nursery) -> 
     summary = summarize_profile(prof.last_session)
     summary.append(
         f"in-process, profiler on: delivery latency p50 {ms(percentile(st.latency, 50)):.1f} ms, "
-        f"p99 {ms(percentile(st.latency, 99)):.1f} ms; whole process "
-        f"{st.harness_cpu / len(st.latency) * 1e6:.0f} us CPU per frame (daemon + light client + provider)"
+        f"p99 {ms(percentile(st.latency, 99)):.1f} ms over {st.wall:.1f} s"
     )
     write_profile("profile_concurrency", prof, summary)
+
+
+async def test_11_profile_long_turn(tmp_path: Path, nursery: trio.Nursery) -> None:
+    print(
+        f"\n[11] profile of benchmark 5: the warm turn on a {N_BLOCKS * 10}-message conversation, in process"
+    )
+    prof = profiler()
+    root = tmp_path / "prof5"
+    with SQLiteStore.open_in(root / "data") as store:
+        version = 0
+        for start in range(0, N_BLOCKS, 10):
+            msgs = [m for b in range(start, start + 10) for m in block(b)]
+            version = store.append(LONG_CONV, version, msgs, 1_700_000_000_000).version
+    pauses: list[tuple[int, float, float]] = []  # (generation, seconds, start)
+    started = [0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.monotonic()
+        else:
+            pauses.append((info["generation"], time.monotonic() - started[0], started[0]))
+
+    async with bench_daemon(root, nursery) as b:
+        with SQLiteStore.open_in(b.data_dir) as db:
+            cold = await measured_turn(b, db, "pl-1", LONG_CONV)  # loads the history, SETs every root
+            gc.callbacks.append(on_gc)
+            try:
+                with trace_store_calls() as calls:
+                    prof.start()
+                    warm = await measured_turn(b, db, "pl-2", LONG_CONV, cold.checkpoint)
+                    prof.stop()
+            finally:
+                gc.callbacks.remove(on_gc)
+            sent = b.sim.run_request_sent("pl-2")
+    summary = summarize_profile(prof.last_session)
+    summary.append(
+        f"warm turn, profiler on: via-byok TTFT {ms(warm.via):.0f} ms, run_request -> provider request "
+        f"{ms(warm.precall):.0f} ms, direct {ms(warm.direct):.0f} ms"
+    )
+    summary.append("store calls of the turn (ms after run_request: wall / worker):")
+    for c in calls:
+        summary.append(
+            f"  {c.name:<24} at {ms(c.start - sent):7.1f}  wall {ms(c.wall):6.1f}  work {ms(c.work):6.1f}"
+        )
+    summary.append("cyclic GC pauses >= 5 ms in the process during the turn:")
+    for gen, took, at in pauses:
+        if took >= 0.005:
+            summary.append(f"  generation {gen}: {ms(took):.1f} ms at {ms(at - sent):.0f} ms")
+    write_profile("profile_long_turn", prof, summary)
