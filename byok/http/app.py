@@ -50,6 +50,8 @@ BIDI_APPEND = "/aiserver.v1.BidiService/BidiAppend"
 HEALTHZ = "/byok/healthz"
 # A finished run's slot lingers so late appends (ACKs, heartbeats) are dropped idempotently.
 SLOT_LINGER_S = 120.0
+# Frames already queued are coalesced into one write up to this size.
+MAX_WRITE_BYTES = 256 * 1024
 # How long a RunSSE waits for the run_request that decides whether byok runs it.
 DECISION_TIMEOUT_S = 300.0
 
@@ -61,11 +63,13 @@ async def _watch_disconnect(receive: Receive, scope: trio.CancelScope) -> None:
 
 
 def _parse_client_message(raw: bytes) -> agent.AgentClientMessage | None:
+    """None for anything that is not exactly one AgentClientMessage variant (betterproto2
+    raises on undecodable bytes and on two members of the oneof)."""
     try:
         msg = agent.AgentClientMessage.parse(raw)
+        name, _ = betterproto2.which_one_of(msg, "message")
     except Exception:
         return None
-    name, _ = betterproto2.which_one_of(msg, "message")
     return msg if name else None
 
 
@@ -400,7 +404,7 @@ class App:
                 else:
                     nursery.start_soon(_watch_disconnect, receive, cs)
                 try:
-                    while True:
+                    while not ended:
                         frame = None
                         with trio.move_on_after(interval):
                             try:
@@ -408,9 +412,25 @@ class App:
                             except trio.EndOfChannel:
                                 ended = True
                                 break
-                        await send(
-                            {"type": "http.response.body", "body": frame or heartbeat, "more_body": True}
-                        )
+                        if frame is None:
+                            await send({"type": "http.response.body", "body": heartbeat, "more_body": True})
+                            continue
+                        # Whatever else is already queued goes out in the same write: one send
+                        # per burst, not per frame, and never a wait for more.
+                        batch = [frame]
+                        size = len(frame)
+                        while size < MAX_WRITE_BYTES:
+                            try:
+                                nxt = slot.frames.receive_nowait()
+                            except trio.WouldBlock:
+                                break
+                            except trio.EndOfChannel:
+                                ended = True
+                                break
+                            batch.append(nxt)
+                            size += len(nxt)
+                        body = batch[0] if len(batch) == 1 else b"".join(batch)
+                        await send({"type": "http.response.body", "body": body, "more_body": True})
                 finally:
                     nursery.cancel_scope.cancel()
         if slot.detach(cs) and not ended and not slot.closed:

@@ -54,6 +54,8 @@ class Message:
     event_id: str = ""
     # Provider model call that produced an assistant message (observability only).
     model_call_id: str = ""
+    # Memo of encode()/id: a message is immutable and large histories re-hash every checkpoint.
+    _memo: dict[str, bytes] = attrs.field(factory=dict, init=False, eq=False, repr=False, hash=False)
 
     def to_json_obj(self) -> dict[str, Any]:
         obj: dict[str, Any] = {"role": self.role, "origin": self.origin}
@@ -79,11 +81,17 @@ class Message:
         return obj
 
     def encode(self) -> bytes:
-        return canonical_json(self.to_json_obj())
+        data = self._memo.get("encoded")
+        if data is None:
+            data = self._memo["encoded"] = canonical_json(self.to_json_obj())
+        return data
 
     @property
     def id(self) -> bytes:
-        return hashlib.sha256(self.encode()).digest()
+        digest = self._memo.get("id")
+        if digest is None:
+            digest = self._memo["id"] = hashlib.sha256(self.encode()).digest()
+        return digest
 
     @classmethod
     def decode(cls, data: bytes) -> Message:

@@ -165,6 +165,26 @@ def error_kind(exc: BaseException | None, http_status: int | None = None) -> str
 # --- the writer -------------------------------------------------------------------------------
 
 
+def finalize_request(rec: LlmCallRecord) -> LlmCallRecord:
+    """Fill in what is derived from the raw request body (off the event loop): the model name,
+    the hashes of what was really sent, and the redacted body that is stored."""
+    if rec.request_sha256 or rec.request_body is None:
+        return rec
+    body = rec.request_body
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        parsed = {}
+    messages = parsed.get("messages", parsed.get("input", [])) if isinstance(parsed, dict) else []
+    return attrs.evolve(
+        rec,
+        model=str(parsed.get("model", "")) if isinstance(parsed, dict) else "",
+        request_body=redact_body(body),
+        request_sha256=hashlib.sha256(body).hexdigest(),
+        messages_sha256=hashlib.sha256(canonical_json(messages)).hexdigest(),
+    )
+
+
 class CallLog:
     """Queue of call records and the task that writes them.
 
@@ -281,6 +301,7 @@ class CallLog:
         # This batch's own earlier calls are not in SQLite yet, and the LRU may have evicted them.
         in_batch: dict[str, tuple[bytes, ...] | None] = {}
         for rec in batch:
+            rec = finalize_request(rec)
             conversation_id = rec.conversation_id
             if conversation_id in in_batch:
                 previous = in_batch[conversation_id]

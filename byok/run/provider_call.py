@@ -8,8 +8,6 @@ CallLog, never awaited).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import uuid
 from collections.abc import Callable, Mapping
@@ -24,13 +22,12 @@ from byok.http.connect_envelope import ConnectError, provider_error_details
 from byok.loop import emits as em
 from byok.loop.model_call import ModelCall, ModelCallResult, ModelProtocolError
 from byok.model import events as ev
-from byok.model.messages import canonical_json
 from byok.model.request import ModelRequest
 from byok.model.usage import Usage
 from byok.providers.adapters import Adapter
 from byok.providers.retry import stream_with_retries
 from byok.providers.runner import CallStats, StreamParser
-from byok.run.call_log import CallLog, cache_hit_share, error_kind, redact_body
+from byok.run.call_log import CallLog, cache_hit_share, error_kind
 from byok.run.crash import crash_point
 from byok.store import AsyncStore, LlmCallRecord
 
@@ -181,16 +178,16 @@ def _call_record(
         message = failure.message if failure is not None else f"{type(exc).__name__}: {exc}"
     else:
         status, message = "ok", None
-    parsed = json.loads(body)
-    messages = parsed.get("messages", parsed.get("input", []))
+    # The body's JSON work (model name, redaction, hashes) is done by the call log's writer
+    # on the store thread: parsing a 5,000-message request here would stall every stream.
     return LlmCallRecord(
         request_id=ctx.request_id,
         conversation_id=ctx.conversation_id,
         provider_id=ctx.provider_id,
-        model=str(parsed.get("model", "")),
-        request_body=redact_body(body),
-        request_sha256=hashlib.sha256(body).hexdigest(),
-        messages_sha256=hashlib.sha256(canonical_json(messages)).hexdigest(),
+        model="",
+        request_body=body,
+        request_sha256="",
+        messages_sha256="",
         status=status,  # type: ignore[arg-type]
         started_at_ms=decided_ms,
         duration_ms=ms(stats.duration_s),

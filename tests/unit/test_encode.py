@@ -194,3 +194,19 @@ def test_get_blob() -> None:
         "get_blob_args",
         agent.GetBlobArgs(blob_id=b"\xbb" * 32),
     )
+
+
+@given(st.text())
+def test_hand_encoded_deltas_match_betterproto(text: str) -> None:
+    text_frame = bytes(
+        agent.AgentServerMessage(
+            interaction_update=agent.InteractionUpdate(text_delta=agent.TextDeltaUpdate(text=text))
+        )
+    )
+    thinking_frame = bytes(
+        agent.AgentServerMessage(
+            interaction_update=agent.InteractionUpdate(thinking_delta=agent.ThinkingDeltaUpdate(text=text))
+        )
+    )
+    assert encode.encode_emit(em.TextOut(text)) == text_frame
+    assert encode.encode_emit(em.ThinkingOut(text)) == thinking_frame
