@@ -61,7 +61,7 @@ from byok.run.kv import KvFailure, KvLink
 from byok.run.provider_call import CallContext, ProviderCallFailed, call_model
 from byok.run.slot import RunSlot
 from byok.run.tool_round import ExecRouter, ToolRound
-from byok.store import AsyncStore, StaleRevision
+from byok.store import AsyncStore, SQLiteStore, StaleRevision
 from byok.store.records import Head
 
 log = logging.getLogger("byok.run")
@@ -82,6 +82,14 @@ class RunDeps:
     http: httpx.AsyncClient
     call_log: CallLog
     wall_ms: Callable[[], int] = attrs.field(default=lambda: int(time.time() * 1000))
+
+
+def _load_start(
+    s: SQLiteStore, conversation_id: str, event_id: str, message_id: str
+) -> tuple[Head, tuple[bytes, ...], Message | None, tuple[bool, int | None]]:
+    head = s.head(conversation_id)
+    anchor = s.input_anchor(conversation_id, message_id) if message_id else (False, None)
+    return head, s.turns_at(head.revision_id), s.runtime_event_message(conversation_id, event_id), anchor
 
 
 def _ends_with_answer(messages: tuple[Message, ...]) -> bool:
@@ -117,6 +125,7 @@ class Run:
         self.assets = deps.prompts[self.mode]
         self.tool_specs = deps.tools.specs_by_mode.get(self.mode, ())
         self.head: Head | None = None
+        self._started = trio.Event()  # the run row exists
         self.prior_turns: tuple[bytes, ...] = ()
         self.details = agent.ConversationTokenDetails(max_tokens=self.model.context_tokens)
 
@@ -124,10 +133,12 @@ class Run:
     async def run(self, scope: trio.CancelScope) -> None:
         """Run to one terminal state: success, error or canceled — written once, EndStream last."""
         st = self.start
-        await self.deps.store.start_run(st.request_id, st.conversation_id, st.model_id, self.deps.wall_ms())
         error: ConnectError | None = None
         with scope:
             async with trio.open_nursery() as nursery:
+                # The run row is written beside the turn's first steps, not before them: one
+                # fsync less before the provider call. _finish waits for it.
+                nursery.start_soon(self._record_start)
                 nursery.start_soon(self._pump_inbox, scope)
                 try:
                     await self._turn()
@@ -149,8 +160,17 @@ class Run:
         else:
             await self._finish("success")
 
+    async def _record_start(self) -> None:
+        st = self.start
+        with trio.CancelScope(shield=True):
+            await self.deps.store.start_run(
+                st.request_id, st.conversation_id, st.model_id, self.deps.wall_ms()
+            )
+            self._started.set()
+
     async def _finish(self, status: str, error: ConnectError | None = None) -> None:
         with trio.CancelScope(shield=True):
+            await self._started.wait()
             await self.deps.store.finish_run(
                 self.start.request_id,
                 status,
@@ -215,7 +235,12 @@ class Run:
         store = self.deps.store
         timeout = self.deps.config.server.kv_ack_timeout_s
         state = st.client_state
-        self.head = await store.head(st.conversation_id)
+        event_id = f"run-request:{st.request_id}"
+        message_id = st.user_message.message_id if st.user_message is not None else ""
+        # Everything the start needs from SQLite in one trip to the store's thread.
+        self.head, self.prior_turns, existing, (seen, anchor) = await store.call(
+            _load_start, st.conversation_id, event_id, message_id
+        )
         imported = False
         if self.head.version == 0 and state is not None and state.root_prompt_messages_json:
             self.head = await import_history(
@@ -223,8 +248,6 @@ class Run:
             )
             self.prior_turns = tuple(state.turns)
             imported = True
-        else:
-            self.prior_turns = await store.turns_at(self.head.revision_id)
         if state is not None and state.token_details is not None:
             self.details = state.token_details
 
@@ -248,16 +271,13 @@ class Run:
 
         user = st.user_message
         assert user is not None
-        if user.message_id:
-            seen, anchor = await store.input_anchor(st.conversation_id, user.message_id)
-            if seen and anchor != self._current_head().revision_id:
-                # An edited (or retried) message: branch from the revision before it.
-                self.head = await store.move_head(
-                    st.conversation_id, self._current_head().version, anchor, self.deps.wall_ms()
-                )
-                self.prior_turns = await store.turns_at(anchor)
-        event_id = f"run-request:{st.request_id}"
-        if await store.runtime_event_message(st.conversation_id, event_id) is None:
+        if user.message_id and seen and anchor != self._current_head().revision_id:
+            # An edited (or retried) message: branch from the revision before it.
+            self.head = await store.move_head(
+                st.conversation_id, self._current_head().version, anchor, self.deps.wall_ms()
+            )
+            self.prior_turns = await store.turns_at(anchor)
+        if existing is None:
             runtime = build_runtime_message(
                 self.assets.runtime_template,
                 request_id=st.request_id,
