@@ -65,8 +65,14 @@ def decode_root(data: bytes) -> Message:
         return _decode_root(data)
     except RootJsonError:
         raise
-    except (AttributeError, KeyError, TypeError, ValueError, IndexError) as e:
+    except (AttributeError, KeyError, TypeError, ValueError, IndexError, RecursionError) as e:
         raise RootJsonError(f"root prompt message is malformed: {type(e).__name__}: {e}") from None
+
+
+def _str(value: Any, what: str) -> str:
+    if not isinstance(value, str):
+        raise RootJsonError(f"root prompt message: {what} must be a string, got {type(value).__name__}")
+    return value
 
 
 def _decode_root(data: bytes) -> Message:
@@ -80,13 +86,25 @@ def _decode_root(data: bytes) -> Message:
         raise RootJsonError(f"root prompt message has unknown role {role!r}")
     byok = (obj.get("providerOptions") or {}).get("byok") or {}
     replay = byok.get("replay")
+    origin = byok.get("origin", {"system": "runtime"}.get(role, role))
+    if origin not in ("user", "runtime", "assistant", "tool"):
+        raise RootJsonError(f"root prompt message has unknown origin {origin!r}")
+    seq = byok.get("completion_seq", 0)
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        raise RootJsonError("root prompt message: completion_seq must be an integer")
     common: dict[str, Any] = {
-        "origin": byok.get("origin", {"system": "runtime"}.get(role, role)),
-        "replay": ReplayState(replay["provider_kind"], replay["data"]) if replay else None,
-        "tool_round_id": byok.get("tool_round_id", ""),
-        "event_id": byok.get("event_id", ""),
-        "model_call_id": byok.get("model_call_id", ""),
-        "completion_seq": byok.get("completion_seq", 0),
+        "origin": origin,
+        "replay": (
+            ReplayState(
+                _str(replay["provider_kind"], "replay.provider_kind"), _str(replay["data"], "replay.data")
+            )
+            if replay
+            else None
+        ),
+        "tool_round_id": _str(byok.get("tool_round_id", ""), "tool_round_id"),
+        "event_id": _str(byok.get("event_id", ""), "event_id"),
+        "model_call_id": _str(byok.get("model_call_id", ""), "model_call_id"),
+        "completion_seq": seq,
     }
     if isinstance(content, str):
         return Message(role=role, text=content, **common)
@@ -96,18 +114,26 @@ def _decode_root(data: bytes) -> Message:
     thinking: list[str] = []
     calls: list[ToolCall] = []
     indexes = byok.get("call_index") or []
+    if not isinstance(indexes, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) for i in indexes
+    ):
+        raise RootJsonError("root prompt message: call_index must be a list of integers")
     for part in content:
         kind = part.get("type")
         if kind == "text":
-            texts.append(part.get("text", ""))
+            texts.append(_str(part.get("text", ""), "text part"))
         elif kind == "reasoning":
-            thinking.append(part.get("text", ""))
+            thinking.append(_str(part.get("text", ""), "reasoning part"))
         elif kind == "tool-call":
             args = part.get("input", "")
             if not isinstance(args, str):
                 args = json.dumps(args, separators=(",", ":"), ensure_ascii=False)
             index = indexes[len(calls)] if len(calls) < len(indexes) else len(calls)
-            calls.append(ToolCall(part["toolCallId"], part["toolName"], args, index))
+            calls.append(
+                ToolCall(
+                    _str(part["toolCallId"], "toolCallId"), _str(part["toolName"], "toolName"), args, index
+                )
+            )
         elif kind == "tool-result":
             output = part.get("output") or {}
             value = output.get("value", "")
@@ -116,8 +142,8 @@ def _decode_root(data: bytes) -> Message:
             return Message(
                 role=role,
                 text=value,
-                tool_call_id=part.get("toolCallId", ""),
-                tool_name=part.get("toolName", ""),
+                tool_call_id=_str(part.get("toolCallId", ""), "toolCallId"),
+                tool_name=_str(part.get("toolName", ""), "toolName"),
                 is_error=output.get("type") in ("error-text", "error-json"),
                 **common,
             )

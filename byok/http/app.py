@@ -35,6 +35,7 @@ from byok.http.connect_envelope import (
 )
 from byok.http.model_list import ModelListRoutes
 from byok.http.offline import OfflineAnswers, UpstreamHealth
+from byok.http.wire_check import well_typed
 from byok.pb.agent import v1 as agent
 from byok.pb.aiserver import v1 as aiserver
 from byok.run.bidi_order import OrderBufferFull
@@ -70,7 +71,7 @@ def _parse_client_message(raw: bytes) -> agent.AgentClientMessage | None:
         name, _ = betterproto2.which_one_of(msg, "message")
     except Exception:
         return None
-    return msg if name else None
+    return msg if name and well_typed(msg) else None
 
 
 def decode_agent_message(data: str) -> agent.AgentClientMessage | None:
@@ -162,6 +163,8 @@ class App:
                 body, header(scope, "content-type") or "", header(scope, "content-encoding")
             )
             req = aiserver.BidiAppendRequest.parse(raw)
+            if not well_typed(req):
+                raise ValueError("fields of the wrong wire type")
         except (ProtocolError, Exception) as e:
             await respond_connect_error(
                 send, ConnectError("invalid_argument", f"undecodable BidiAppendRequest: {e}")
@@ -324,7 +327,10 @@ class App:
             raw = decode_unary_body(
                 body, header(scope, "content-type") or "", header(scope, "content-encoding")
             )
-            rid = aiserver.BidiRequestId.parse(raw).request_id
+            ident = aiserver.BidiRequestId.parse(raw)
+            if not well_typed(ident):
+                raise ValueError("fields of the wrong wire type")
+            rid = ident.request_id
             if not rid:
                 err = ConnectError("invalid_argument", "RunSSE has no request_id")
         except BodyTooLarge as e:

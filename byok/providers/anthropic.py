@@ -216,6 +216,14 @@ class AnthropicStreamParser:
         return out
 
     def _event(self, ev: SSEEvent, out: list[ModelEvent]) -> None:
+        try:
+            self._handle(ev, out)
+        except (AttributeError, TypeError, KeyError, IndexError, ValueError) as e:
+            # A field of the wrong JSON type deep in an event: the stream is unusable, and
+            # the run must fail as a provider error, not as an internal one.
+            raise ProviderError(f"malformed Anthropic stream event: {type(e).__name__}: {e}") from None
+
+    def _handle(self, ev: SSEEvent, out: list[ModelEvent]) -> None:
         if self._done:
             return
         try:

@@ -100,8 +100,8 @@ class ExecRouter:
 
     def on_control(self, msg: agent.ExecClientControlMessage) -> None:
         name, value = betterproto2.which_one_of(msg, "message")
-        if name == "heartbeat":
-            return
+        if name == "heartbeat" or value is None:
+            return  # a heartbeat, or a control message with no variant: nothing to route
         entry = self._pending.get(value.id)
         if entry is None:
             if name == "throw" or value.id not in self._finished:

@@ -1,0 +1,76 @@
+"""Is a decoded protobuf message well typed?
+
+betterproto2 decodes by wire type, not by the declared type: a message field sent as a varint
+comes back as an int, a string field sent as a varint as an int. Such values blow up far from
+the input (AttributeError in a handler, bytes(int) allocating gigabytes on re-encode), so every
+message a peer sends is checked once, at the edge, before anything reads it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+import betterproto2
+
+_SCALAR: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "bytes": (bytes,),
+    "bool": (bool,),
+    "double": (float, int),
+    "float": (float, int),
+}
+_INTS = {
+    "int32",
+    "int64",
+    "uint32",
+    "uint64",
+    "sint32",
+    "sint64",
+    "fixed32",
+    "fixed64",
+    "sfixed32",
+    "sfixed64",
+}
+MAX_DEPTH = 64
+
+
+def _value_ok(proto_type: str, value: Any, depth: int) -> bool:
+    if proto_type == "message":
+        return isinstance(value, betterproto2.Message) and well_typed(value, depth + 1)
+    if proto_type == "enum":
+        return isinstance(value, enum.Enum | int) and not isinstance(value, bool)
+    if proto_type in _INTS:
+        return isinstance(value, int) and not isinstance(value, bool)
+    allowed = _SCALAR.get(proto_type)
+    return allowed is None or isinstance(value, allowed)
+
+
+def well_typed(msg: betterproto2.Message, depth: int = 0) -> bool:
+    if depth > MAX_DEPTH:
+        return False
+    for f in dataclasses.fields(msg):  # type: ignore[arg-type]
+        meta = f.metadata.get("betterproto")
+        if meta is None:
+            continue
+        value = getattr(msg, f.name)
+        if value is None:
+            continue
+        if meta.map_meta is not None:
+            if not isinstance(value, dict):
+                return False
+            key_meta, value_meta = meta.map_meta
+            for k, v in value.items():
+                if not _value_ok(key_meta.proto_type, k, depth) or not _value_ok(
+                    value_meta.proto_type, v, depth
+                ):
+                    return False
+            continue
+        if meta.repeated:
+            if not isinstance(value, list) or not all(_value_ok(meta.proto_type, v, depth) for v in value):
+                return False
+            continue
+        if not _value_ok(meta.proto_type, value, depth):
+            return False
+    return True
