@@ -25,6 +25,7 @@ class KvLink:
         self._send = send
         self._next_id = 0
         self._waiting: dict[int, tuple[bytes, trio.Event]] = {}
+        self._sent: dict[int, bytes] = {}  # kv id -> the SET frame, until its ACK
         self._failed: dict[int, str] = {}
         self._gets: dict[int, tuple[trio.Event, list[bytes | None]]] = {}
         self._in_flight: set[bytes] = set()  # SET sent, ACK pending: never SET twice
@@ -43,7 +44,8 @@ class KvLink:
             done = trio.Event()
             self._waiting[kv_id] = (blob.id, done)
             events.append((kv_id, blob.id, done))
-            self._send(encode.set_blob(kv_id, blob.id, blob.data))
+            frame = self._sent[kv_id] = encode.set_blob(kv_id, blob.id, blob.data)
+            self._send(frame)
         if not events:
             return 0
         try:
@@ -51,8 +53,9 @@ class KvLink:
                 for _, _, done in events:
                     await done.wait()
         finally:
-            for _, blob_id, _ in events:
+            for kv_id, blob_id, _ in events:
                 self._in_flight.discard(blob_id)
+                self._sent.pop(kv_id, None)
         if scope.cancelled_caught:
             missing = sum(1 for _, _, d in events if not d.is_set())
             for kv_id, _, _ in events:
@@ -86,6 +89,13 @@ class KvLink:
             raise KvFailure(f"blob {blob_id.hex()} is {len(data)} bytes, expected {expected_len}")
         self.acked.add(blob_id)
         return data
+
+    def resend_unacked(self) -> int:
+        """A new RunSSE replaced one that died: SETs written to the dead connection may never have
+        arrived. Blob SETs are idempotent, so every unacknowledged one is sent again (same KV id)."""
+        for frame in self._sent.values():
+            self._send(frame)
+        return len(self._sent)
 
     def on_client(self, msg: agent.KvClientMessage) -> bool:
         """Route one kv_client_message; False when it answers nothing we wait for (late or unknown)."""

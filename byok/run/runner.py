@@ -113,6 +113,7 @@ class Run:
         self.deps = deps
         self.memory: ConversationMemory = sup.memory
         self.kv = KvLink(slot.send, self.memory.acked)
+        slot.on_reattach = self._resend_after_reconnect
         self.router = ExecRouter(slot.send, start.request_id)
         self.usage: Usage | None = None
         model = deps.config.model(start.model_id)
@@ -159,6 +160,13 @@ class Run:
             await self._finish("error", error)
         else:
             await self._finish("success")
+
+    def _resend_after_reconnect(self) -> None:
+        n = self.kv.resend_unacked()
+        if n:
+            log.info(
+                "run %s: RunSSE reconnected, re-sent %d unacknowledged blob SET(s)", self.start.request_id, n
+            )
 
     async def _record_start(self) -> None:
         st = self.start

@@ -36,6 +36,8 @@ class RunSlot:
         self._attached: trio.CancelScope | None = None
         self.attached_event = trio.Event()  # set when a RunSSE (re)attaches
         self.cancel_run: Callable[[], None] | None = None  # set while the run task lives
+        self.on_reattach: Callable[[], None] | None = None  # run hook for a replacing RunSSE
+        self._ever_attached = False
 
     def decide(self, kind: SlotKind) -> None:
         """Local agent run or relayed to upstream: decided once, by the first BidiAppend."""
@@ -69,8 +71,12 @@ class RunSlot:
         """A new RunSSE for this request id takes over the stream from any earlier one."""
         if self._attached is not None:
             self._attached.cancel()
+        reattach = self._ever_attached
+        self._ever_attached = True
         self._attached = scope
         self.attached_event.set()
+        if reattach and self.on_reattach is not None and not self.closed:
+            self.on_reattach()
 
     def detach(self, scope: trio.CancelScope) -> bool:
         """Returns True when this was the attached stream (no newer RunSSE took over)."""

@@ -1,0 +1,818 @@
+"""Fault injection: hundreds of randomized runs against ONE real daemon, each checked to end with
+exactly one correct terminal frame, with the history invariants checked after every run.
+
+Faults (one per run, drawn from a fixed-seed RNG so a failure replays with the same plan;
+BYOK_FAULT_SEED / BYOK_FAULT_RUNS override): provider 5xx/429 (retried) and 400 / repeated 5xx
+(final), slow headers, truncated stream, invalid JSON, mid-stream disconnect (before output:
+retried; after: final), client dropping RunSSE (reconnect in the grace / after it), KV ACK
+missing or failed, cancel at a random point, preemption by a second run of the conversation,
+tool rounds with late and repeated Exec results. On top, any run may post every BidiAppend
+twice, post appends out of order (a heartbeat at seqno n+1 before the message at n), or post
+its run_request before opening RunSSE.
+
+Checked after every run, from SQLite (a second connection on the daemon's file) and from the
+FakeProvider's recorded requests:
+  * exactly one terminal frame over all of the request's RunSSE streams, the expected one, and
+    the run record agrees with it (status, error code);
+  * the conversation head only grows (no run branches here) and holds each committed final answer;
+  * runtime event ids are unique, and a run that succeeded or failed committed its runtime
+    message exactly once (a cancelled run at most once);
+  * every tool result answers an earlier call, at most one result per call;
+  * no provider request has a dangling tool call or a duplicated message, and consecutive
+    provider requests of a conversation extend each other (prefix property).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import httpx
+import pytest
+import trio
+
+from byok.config import load_config
+from byok.daemon import run_daemon
+from byok.devtools.cursor_sim import RUN_SSE, CursorSim, frame_kind, user_turn
+from byok.devtools.workspace_exec import WorkspaceExecutor, stream_close
+from byok.http.connect_envelope import FrameDecoder, encode_frame
+from byok.model.messages import Message
+from byok.pb.agent import v1 as agent
+from byok.pb.aiserver import v1 as aiserver
+from byok.store import SQLiteStore
+from tests.integration.conftest import write_config
+from tests.support.fake_provider import (
+    FakeProvider,
+    Script,
+    chat_text_script,
+    chat_tool_script,
+    error_script,
+    sse,
+)
+
+SEED = int(os.environ.get("BYOK_FAULT_SEED", "6061"))
+RUNS = int(os.environ.get("BYOK_FAULT_RUNS", "300"))
+CONVERSATIONS = 6
+GRACE_S = 0.25  # reconnect_grace_s
+KV_TIMEOUT_S = 0.3  # kv_ack_timeout_s
+MAX_TRIES = 3  # provider_max_tries
+RUN_TIMEOUT_S = 10.0  # a run still going after this is a hang
+LOOP_BUDGET_S = 120.0  # the whole loop; it takes ~30-40 s here
+
+SERVER = f"""kv_ack_timeout_s = {KV_TIMEOUT_S}
+provider_retry_base_s = 0.002
+provider_max_tries = {MAX_TRIES}
+reconnect_grace_s = {GRACE_S}
+heartbeat_s = 0.5"""
+
+# fault -> weight. Kept small per run: most runs take tens of milliseconds.
+FAULTS = {
+    "ok": 10,
+    "tool_round": 9,
+    "http_retried": 5,  # 500/502/503/429 once, then a good stream
+    "http_final": 4,  # 400, or 503 on every try
+    "slow_headers": 3,
+    "truncated": 4,  # clean EOF before finish/usage
+    "invalid_json": 3,
+    "disconnect_before_output": 3,  # connection cut after the role chunk: retried
+    "disconnect_mid_stream": 4,  # cut after text was shown: final
+    "drop_reconnect": 6,  # RunSSE dropped, reopened within the grace
+    "drop_expire": 2,  # RunSSE dropped past the grace: the run is cancelled
+    "kv_missing": 3,
+    "kv_failed": 3,
+    "cancel": 6,
+    "preempt": 4,
+}
+OK = "ok"  # the expected-outcome name of EndStream {}
+
+
+def _outcome(end: dict[str, Any]) -> str:
+    return OK if end == {} else str(end.get("error", {}).get("code", end))
+
+
+# --- the provider ------------------------------------------------------------------------------
+
+
+@attrs.define
+class SlowScript(Script):
+    headers_delay_s: float = 0.0
+
+
+class FaultProvider(FakeProvider):
+    """FakeProvider plus slow response headers, and a note of requests that found no script
+    (a cancelled run's request that reached the server after the run ended)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.unscripted: set[int] = set()
+
+    async def _respond(self, conn: Any, stream: trio.SocketStream, script: Script) -> bool:
+        if isinstance(script, SlowScript) and script.headers_delay_s:
+            await trio.sleep(script.headers_delay_s)
+        if script.chunks and b"no script enqueued" in script.chunks[0]:
+            self.unscripted.add(len(self.requests) - 1)
+        return await super()._respond(conn, stream, script)
+
+
+def text_script(texts: list[str], *, delay_s: float = 0.0) -> Script:
+    return chat_text_script(texts, delay_s=delay_s)
+
+
+# --- one request id, driven by hand --------------------------------------------------------------
+
+
+@attrs.define(eq=False)
+class Client:
+    """One request id: posts appends (optionally twice, optionally out of order), opens and drops
+    RunSSE streams, answers KV and Execs according to the run's plan."""
+
+    h: Harness
+    rid: str
+    dup: bool = False
+    reorder: bool = False
+    kv: str = "ack"  # "ack" | "missing" | "fail"
+    exec_delay: float = 0.0
+    late_duplicates: bool = False
+    seq: int = 0
+    terminals: list[dict[str, Any]] = attrs.Factory(list)
+    kinds: list[str] = attrs.Factory(list)
+    eof_without_terminal: int = 0
+    append_errors: list[str] = attrs.Factory(list)
+    lock: trio.Lock = attrs.Factory(trio.Lock)
+    acked: set[bytes] = attrs.Factory(set)
+    executor: WorkspaceExecutor | None = None  # its own: exec ids are numbered per request
+
+    def workspace(self) -> WorkspaceExecutor:
+        if self.executor is None:
+            self.executor = WorkspaceExecutor(self.h.root, shell_timeout_cap_s=2.0)
+        return self.executor
+
+    async def _post(self, seqno: int, msg: agent.AgentClientMessage) -> None:
+        resp = await self.h.sim.append(self.rid, seqno, msg)
+        if resp.status_code != 200:
+            self.append_errors.append(f"append {seqno} -> HTTP {resp.status_code} {resp.text[:200]}")
+
+    async def start(self, run_request: agent.AgentRunRequest) -> None:
+        msg = agent.AgentClientMessage(run_request=run_request)
+        async with self.lock:
+            assert self.seq == 0
+            if self.reorder:
+                await self._post(1, _heartbeat())  # seqno 1 before seqno 0: buffered
+                await self._post(0, msg)
+                self.seq = 2
+            else:
+                await self._post(0, msg)
+                self.seq = 1
+            if self.dup:
+                await self._post(0, msg)
+
+    async def send(self, msg: agent.AgentClientMessage) -> None:
+        async with self.lock:
+            s = self.seq
+            if self.reorder:
+                self.seq += 2
+                await self._post(s + 1, _heartbeat())
+            else:
+                self.seq += 1
+            await self._post(s, msg)
+            if self.dup:
+                await self._post(s, msg)
+
+    async def stream(
+        self,
+        execs: trio.Nursery,
+        *,
+        drop_after: int | None = None,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> bool:
+        """Read one RunSSE to its end; True when it ended with a terminal frame. With
+        ``drop_after`` the connection is closed after that many non-heartbeat frames."""
+        body = encode_frame(bytes(aiserver.BidiRequestId(request_id=self.rid)))
+        seen = 0
+        ended = False
+        async with self.h.client.stream(
+            "POST",
+            self.h.base_url + RUN_SSE,
+            content=body,
+            headers={"content-type": "application/connect+proto", "connect-protocol-version": "1"},
+        ) as resp:
+            task_status.started()
+            decoder = FrameDecoder()
+            async for chunk in resp.aiter_bytes():
+                for frame in decoder.feed(chunk):  # ProtocolError on anything after the end frame
+                    if frame.end_stream:
+                        self.terminals.append(json.loads(frame.payload))
+                        ended = True
+                        continue
+                    msg = agent.AgentServerMessage.parse(frame.payload)
+                    kind = frame_kind(msg)
+                    if kind == "interaction_update.heartbeat":
+                        continue
+                    self.kinds.append(kind)
+                    seen += 1
+                    await self._handle(msg, execs)
+                    if drop_after is not None and seen >= drop_after and not ended:
+                        return False  # leaving the context closes the connection mid-stream
+            decoder.end()
+        if not ended:
+            self.eof_without_terminal += 1
+        return ended
+
+    async def _handle(self, msg: agent.AgentServerMessage, execs: trio.Nursery) -> None:
+        kv = msg.kv_server_message
+        if kv is not None:
+            await self._kv(kv)
+        if (ex := msg.exec_server_message) is not None:
+            execs.start_soon(self._exec, ex)
+        control = msg.exec_server_control_message
+        if control is not None and control.abort is not None:
+            self.workspace().abort(control.abort.id)
+
+    async def _kv(self, kv: agent.KvServerMessage) -> None:
+        if kv.set_blob_args is not None:
+            if self.kv == "missing":
+                return
+            if self.kv == "fail":
+                result = agent.SetBlobResult(error=agent.Error(message="injected: disk full"))
+            else:
+                self.h.blobs[kv.set_blob_args.blob_id] = kv.set_blob_args.blob_data
+                self.acked.add(kv.set_blob_args.blob_id)
+                result = agent.SetBlobResult()
+            reply = agent.KvClientMessage(id=kv.id, set_blob_result=result)
+        else:
+            assert kv.get_blob_args is not None
+            data = self.h.blobs.get(kv.get_blob_args.blob_id)
+            reply = agent.KvClientMessage(id=kv.id, get_blob_result=agent.GetBlobResult(blob_data=data))
+        await self.send(agent.AgentClientMessage(kv_client_message=reply))
+
+    async def _exec(self, msg: agent.ExecServerMessage) -> None:
+        sent: list[agent.AgentClientMessage] = []
+
+        async def reply(out: agent.AgentClientMessage) -> None:
+            sent.append(out)
+            await self.send(out)
+
+        await self.workspace().run(msg, reply, delay=self.exec_delay)
+        if self.late_duplicates:
+            # Late and repeated answers: the same result again, another close, and an id never issued.
+            for out in sent:
+                await self.send(out)
+            await self.send(stream_close(msg.id + 1000))
+
+
+def _heartbeat() -> agent.AgentClientMessage:
+    return agent.AgentClientMessage(client_heartbeat=agent.ClientHeartbeat())
+
+
+def _cancel() -> agent.AgentClientMessage:
+    return agent.AgentClientMessage(
+        conversation_action=agent.ConversationAction(cancel_action=agent.CancelAction())
+    )
+
+
+# --- the harness ---------------------------------------------------------------------------------
+
+
+@attrs.define(eq=False)
+class Harness:
+    base_url: str
+    client: httpx.AsyncClient
+    sim: CursorSim
+    provider: FaultProvider
+    root: Path  # the workspace the Execs run in
+    store: SQLiteStore
+    blobs: dict[bytes, bytes] = attrs.Factory(dict)
+    heads: dict[str, tuple[Message, ...]] = attrs.Factory(dict)
+    checked_requests: int = 0
+    prefix_checks: int = 0
+    tool_requests: int = 0
+    last_request_of: dict[str, list[str]] = attrs.Factory(dict)  # conversation -> dumped messages
+    final_texts: dict[str, list[str]] = attrs.Factory(dict)  # conversation -> committed answers
+    counter: itertools.count[int] = attrs.Factory(itertools.count)
+
+
+@attrs.define
+class Expect:
+    client: Client
+    outcomes: frozenset[str]
+    conv: str
+    final_text: str | None = None  # the answer that must be committed when the run succeeded
+    got: str | None = None  # the terminal outcome seen
+    # The RunSSE was dropped mid-run: frames written to the dead connection are lost (a known bug,
+    # test_frames_written_to_a_dead_runsse_are_not_lost_on_reconnect), so a lost KV SET (-> internal)
+    # or a lost end frame is tolerated here and counted.
+    lost_frames_possible: bool = False
+    known_bug: bool = False
+
+
+def _run_request(h: Harness, conv: str, text: str) -> agent.AgentRunRequest:
+    return user_turn(text, conversation_id=conv, model_id="byok-demo", message_id=f"m{next(h.counter)}")
+
+
+async def drive(
+    h: Harness,
+    c: Client,
+    conv: str,
+    text: str,
+    *,
+    append_first: bool,
+    drop_after: int | None = None,
+    reconnect_after: float | None = None,
+    during: Callable[[], Any] | None = None,
+) -> None:
+    """Run one request: RunSSE and the run_request (in either order), an optional task alongside,
+    an optional drop of the stream and a reconnect after ``reconnect_after`` seconds."""
+    rr = _run_request(h, conv, text)
+    async with trio.open_nursery() as execs:
+        async with trio.open_nursery() as n:
+            ended = [False]
+
+            async def first_stream(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+                ended[0] = await c.stream(execs, drop_after=drop_after, task_status=task_status)
+
+            if append_first:
+                await c.start(rr)
+                await n.start(first_stream)
+            else:
+                await n.start(first_stream)
+                await c.start(rr)
+            if during is not None:
+                n.start_soon(during)
+        if not ended[0]:
+            await trio.sleep(reconnect_after if reconnect_after is not None else 0.0)
+            await c.stream(execs)
+        # Late Exec answers still in flight are allowed to land after the end (the server must
+        # ignore them); then stop whatever is left.
+        if c.late_duplicates:
+            await trio.sleep(0.02)
+        execs.cancel_scope.cancel()
+    if c.executor is not None:
+        await c.executor.aclose()
+
+
+async def run_plan(h: Harness, rng: random.Random, index: int) -> tuple[str, list[Expect]]:
+    fault = rng.choices(list(FAULTS), weights=list(FAULTS.values()))[0]
+    conv = f"fi-conv-{rng.randrange(CONVERSATIONS)}"
+    tag = f"r{index}"
+    answer = [f"{tag} answer ", f"part {rng.randrange(10**6)}"]
+    final_text = "".join(answer)
+    client = Client(
+        h,
+        f"fi-req-{index}",
+        dup=rng.random() < 0.25,
+        reorder=rng.random() < 0.25,
+    )
+    append_first = rng.random() < 0.2
+    expect = Expect(client, frozenset({OK}), conv, final_text)
+    p = h.provider
+    text = f"{tag}: {fault}"
+
+    if fault == "ok":
+        p.enqueue(text_script(answer))
+        await drive(h, client, conv, text, append_first=append_first)
+    elif fault == "tool_round":
+        calls = [(f"{tag}-c{i}", "Read", json.dumps({"path": "a.txt"})) for i in range(rng.randint(1, 3))]
+        if rng.random() < 0.3:
+            calls.append((f"{tag}-bad", rng.choice(["Nope", "Read"]), "{" if rng.random() < 0.5 else "{}"))
+        client.exec_delay = rng.choice([0.0, 0.0, 0.01, 0.05])
+        client.late_duplicates = rng.random() < 0.4
+        p.enqueue(chat_tool_script(calls), text_script(answer))
+        await drive(h, client, conv, text, append_first=append_first)
+    elif fault == "http_retried":
+        status = rng.choice([500, 502, 503, 429])
+        p.enqueue(
+            error_script(status, "injected", retry_after="0" if status == 429 else None), text_script(answer)
+        )
+        await drive(h, client, conv, text, append_first=append_first)
+    elif fault == "http_final":
+        if rng.random() < 0.5:
+            p.enqueue(error_script(400, "injected bad request"))
+        else:
+            p.enqueue(*[error_script(503, "injected overload") for _ in range(MAX_TRIES)])
+        expect.outcomes = frozenset({"unavailable"})
+        await drive(h, client, conv, text, append_first=append_first)
+    elif fault == "slow_headers":
+        good = text_script(answer)
+        p.enqueue(SlowScript(chunks=good.chunks, headers_delay_s=rng.choice([0.02, 0.08, 0.15])))
+        await drive(h, client, conv, text, append_first=append_first)
+    elif fault == "truncated":
+        good = text_script(answer)
+        cut = rng.randint(1, len(good.chunks) - 3)  # ends before the finish chunk and usage
+        p.enqueue(Script(chunks=good.chunks[:cut]))
+        expect.outcomes = frozenset({"unavailable"})
+        await drive(h, client, conv, text, append_first=append_first)
+    elif fault == "invalid_json":
+        good = text_script(answer)
+        at = rng.randint(1, len(good.chunks) - 1)
+        bad = rng.choice([b"data: {not json\n\n", b"data: [1,\n\n", sse({"choices": "x"}) + b"data: }\n\n"])
+        p.enqueue(Script(chunks=[*good.chunks[:at], bad, *good.chunks[at:]]))
+        expect.outcomes = frozenset({"unavailable"})
+        await drive(h, client, conv, text, append_first=append_first)
+    elif fault == "disconnect_before_output":
+        good = text_script(answer)
+        p.enqueue(Script(chunks=good.chunks, close_after=1), text_script(answer))  # role chunk only
+        await drive(h, client, conv, text, append_first=append_first)
+    elif fault == "disconnect_mid_stream":
+        good = text_script(answer)
+        p.enqueue(Script(chunks=good.chunks, close_after=rng.randint(2, len(good.chunks) - 1)))
+        expect.outcomes = frozenset({"unavailable"})
+        await drive(h, client, conv, text, append_first=append_first)
+    elif fault == "drop_reconnect":
+        words = [f"{tag} w{i} " for i in range(6)]
+        if rng.random() < 0.4:
+            p.enqueue(chat_tool_script([(f"{tag}-c0", "Read", '{"path":"a.txt"}')], delay_s=0.01))
+            client.exec_delay = rng.choice([0.0, 0.05])
+        p.enqueue(text_script(words, delay_s=0.01))
+        expect.final_text = "".join(words)
+        expect.lost_frames_possible = True
+        await drive(
+            h,
+            client,
+            conv,
+            text,
+            append_first=append_first,
+            drop_after=rng.randint(1, 4),
+            reconnect_after=rng.choice([0.0, 0.02, 0.08]),
+        )
+    elif fault == "drop_expire":
+        words = [f"{tag} w{i} " for i in range(10)]
+        p.enqueue(text_script(words, delay_s=0.06))  # ~0.6 s: outlives the grace
+        expect.outcomes = frozenset({"canceled"})
+        await drive(
+            h, client, conv, text, append_first=append_first, drop_after=1, reconnect_after=GRACE_S + 0.25
+        )
+    elif fault in ("kv_missing", "kv_failed"):
+        client.kv = "missing" if fault == "kv_missing" else "fail"
+        if rng.random() < 0.5:  # a tool round publishes its staged checkpoint first
+            p.enqueue(chat_tool_script([(f"{tag}-c0", "Read", '{"path":"a.txt"}')]), text_script(answer))
+        else:
+            p.enqueue(text_script(answer))
+        expect.outcomes = frozenset({"internal"})
+        expect.final_text = None
+        await drive(h, client, conv, text, append_first=append_first)
+    elif fault == "cancel":
+        words = [f"{tag} w{i} " for i in range(6)]
+        if rng.random() < 0.4:
+            p.enqueue(chat_tool_script([(f"{tag}-c0", "Read", '{"path":"a.txt"}')], delay_s=0.01))
+            client.exec_delay = 0.03
+        p.enqueue(text_script(words, delay_s=0.01))
+        expect.final_text = "".join(words)
+        expect.outcomes = frozenset({"canceled", OK})  # OK: the run ended before the cancel landed
+        delay = rng.uniform(0.0, 0.15)
+
+        async def cancel_later() -> None:
+            await trio.sleep(delay)
+            await client.send(_cancel())
+
+        await drive(h, client, conv, text, append_first=append_first, during=cancel_later)
+    elif fault == "preempt":
+        first = Client(h, f"fi-req-{index}a", dup=client.dup, reorder=client.reorder)
+        words = [f"{tag} slow{i} " for i in range(8)]
+        style = rng.choice(["hang", "slow", "tool_round"])
+        if style == "hang":
+            p.enqueue(Script(hang_before_headers=True))
+        elif style == "slow":
+            p.enqueue(text_script(words, delay_s=0.04))
+        else:  # preempted in the middle of its tool round: calls committed, results maybe not
+            calls = [(f"{tag}-p{i}", "Read", '{"path":"a.txt"}') for i in range(2)]
+            p.enqueue(chat_tool_script(calls))
+            first.exec_delay = 0.3
+        p.enqueue(text_script(answer))
+        seen = len(p.requests)
+
+        async def second() -> None:
+            with trio.fail_after(5):
+                while len(p.requests) == seen:  # the first run's provider call is under way
+                    await trio.sleep(0.002)
+            await trio.sleep(rng.uniform(0.0, 0.05))
+            await drive(h, client, conv, f"{text} (second)", append_first=append_first)
+
+        async with trio.open_nursery() as n:
+            n.start_soon(lambda: drive(h, first, conv, f"{text} (first)", append_first=False))
+            n.start_soon(second)
+        return fault, [Expect(first, frozenset({"canceled", OK}), conv, None), expect]
+    else:  # pragma: no cover
+        raise AssertionError(fault)
+    return fault, [expect]
+
+
+# --- invariants ------------------------------------------------------------------------------------
+
+
+def _dump(m: dict[str, Any]) -> str:
+    return json.dumps(m, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+
+
+async def _run_record(h: Harness, rid: str) -> Any:
+    with trio.fail_after(5):
+        while True:
+            run = h.store.run(rid)
+            if run is not None and run.status != "running":
+                return run
+            await trio.sleep(0.005)
+
+
+async def check_run(h: Harness, expects: list[Expect]) -> list[str]:
+    errors: list[str] = []
+    for e in expects:
+        c = e.client
+        errors += c.append_errors
+        if e.lost_frames_possible and _lost_frames(c):
+            e.known_bug = True
+            continue
+        if len(c.terminals) != 1:
+            errors.append(
+                f"{c.rid}: {len(c.terminals)} terminal frames {c.terminals} "
+                f"(streams ended without one: {c.eof_without_terminal})"
+            )
+            continue
+        got = _outcome(c.terminals[0])
+        if got not in e.outcomes:
+            errors.append(f"{c.rid}: terminal {c.terminals[0]}, expected one of {sorted(e.outcomes)}")
+        run = await _run_record(h, c.rid)
+        status = {OK: "success", "canceled": "canceled"}.get(got, "error")
+        if run.status != status or (status == "error" and run.error_code != got):
+            errors.append(f"{c.rid}: run record {run.status}/{run.error_code} but terminal {got}")
+        e.got = got
+    conv = expects[0].conv
+    head = h.store.head(conv).messages
+    before = h.heads.get(conv, ())
+    if head[: len(before)] != before:
+        errors.append(f"{conv}: the head lost or rewrote committed messages ({len(before)} -> {len(head)})")
+    h.heads[conv] = head
+    events = Counter(m.event_id for m in head if m.event_id)
+    errors += [f"{conv}: runtime event {k} committed {n} times" for k, n in events.items() if n > 1]
+    for e in expects:
+        got = e.got
+        n = events.get(f"run-request:{e.client.rid}", 0)
+        if got is not None and (n > 1 or (got != "canceled" and n != 1)):
+            errors.append(f"{e.client.rid} ({got}): runtime message committed {n} times")
+        if got == OK and e.final_text is not None:
+            answers = [m.text for m in head if m.role == "assistant"]
+            if e.final_text not in answers:
+                errors.append(f"{e.client.rid}: answer {e.final_text!r} not in the committed history")
+    calls: set[str] = set()
+    answered: Counter[str] = Counter()
+    for m in head:
+        calls.update(tc.call_id for tc in m.tool_calls)
+        if m.role == "tool":
+            answered[m.tool_call_id] += 1
+            if m.tool_call_id not in calls:
+                errors.append(f"{conv}: tool result for {m.tool_call_id} answers no earlier call")
+    errors += [f"{conv}: {n} results for call {k}" for k, n in answered.items() if n > 1]
+    errors += check_provider_requests(h)
+    return errors
+
+
+def _lost_frames(c: Client) -> bool:
+    if not c.terminals:
+        return c.eof_without_terminal > 0  # the end frame itself went to the dead stream
+    message = str(c.terminals[0].get("error", {}).get("message", ""))
+    return len(c.terminals) == 1 and "did not acknowledge" in message
+
+
+def check_provider_requests(h: Harness) -> list[str]:
+    errors: list[str] = []
+    requests = h.provider.requests
+    for i in range(h.checked_requests, len(requests)):
+        body = requests[i].json
+        if not isinstance(body, dict) or "messages" not in body:
+            errors.append(f"provider request {i} is not a chat request")
+            continue
+        messages = body["messages"]
+        dumps = [_dump(m) for m in messages]
+        if len(set(dumps)) != len(dumps):
+            errors.append(f"provider request {i} repeats a message")
+        errors += [f"provider request {i}: {p}" for p in _dangling(messages)]
+        # The conversation is named by its first user message (unique per conversation here).
+        key = dumps[1] if len(dumps) > 1 else ""
+        if i in h.provider.unscripted:
+            continue  # a cancelled run's request that arrived late: not part of the sequence
+        previous = h.last_request_of.get(key)
+        h.tool_requests += any(m["role"] == "tool" for m in messages)
+        h.prefix_checks += previous is not None
+        if previous is not None and dumps[: len(previous)] != previous:
+            errors.append(f"provider request {i} does not extend the previous request of its conversation")
+        h.last_request_of[key] = dumps
+    h.checked_requests = len(requests)
+    return errors
+
+
+def _dangling(messages: list[dict[str, Any]]) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(messages):
+        m = messages[i]
+        if m["role"] == "tool":
+            out.append(f"orphan tool result {m.get('tool_call_id')!r} at {i}")
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            want = {c["id"] for c in m["tool_calls"]}
+            got: list[str] = []
+            i += 1
+            while i < len(messages) and messages[i]["role"] == "tool":
+                got.append(messages[i]["tool_call_id"])
+                i += 1
+            if sorted(got) != sorted(want):
+                out.append(f"tool calls {sorted(want)} answered by {sorted(got)}")
+            continue
+        i += 1
+    return out
+
+
+# --- the loop ----------------------------------------------------------------------------------------
+
+
+async def test_fault_injection_loop(
+    tmp_path: Path, nursery: trio.Nursery, capsys: pytest.CaptureFixture[str]
+) -> None:
+    provider = FaultProvider()
+    url = await provider.start(nursery)
+    data_dir = tmp_path / "data"
+    cfg = tmp_path / "byok.toml"
+    write_config(cfg, provider_url=url, data_dir=data_dir)
+    text = cfg.read_text()
+    text = text.replace("kv_ack_timeout_s = 5.0\nprovider_retry_base_s = 0.01", SERVER)
+    assert SERVER in text
+    cfg.write_text(text)
+    base_url, stop = await nursery.start(run_daemon, load_config(cfg, overrides={}))
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "a.txt").write_text("alpha\nbeta\n")
+    rng = random.Random(SEED)
+    failures: list[str] = []
+    faults: Counter[str] = Counter()
+    outcomes: Counter[str] = Counter()
+    ok_runs = 0
+    known_bug_runs = 0
+    started = time.monotonic()
+    async with httpx.AsyncClient(timeout=30) as client:
+        with SQLiteStore.open_in(data_dir) as store:
+            h = Harness(base_url, client, CursorSim(base_url, client), provider, root, store)
+            with trio.fail_after(LOOP_BUDGET_S):
+                for index in range(RUNS):
+                    errors: list[str] = []
+                    fault = "?"
+                    try:
+                        with trio.fail_after(RUN_TIMEOUT_S):
+                            fault, expects = await run_plan(h, rng, index)
+                        errors = await check_run(h, expects)
+                        for e in expects:
+                            outcomes["lost-frames" if e.known_bug else e.got or "none"] += 1
+                        known_bug_runs += any(e.known_bug for e in expects)
+                    except trio.TooSlowError:
+                        errors = [f"run {index} ({fault}) did not end within {RUN_TIMEOUT_S}s"]
+                    faults[fault] += 1
+                    provider._queue.clear()  # scripts a cancelled run never asked for
+                    if errors:
+                        failures += [f"run {index} [{fault}]: {err}" for err in errors]
+                    else:
+                        ok_runs += 1
+    stop()
+    elapsed = time.monotonic() - started
+    with capsys.disabled():
+        print(
+            f"\nfault injection: seed {SEED}, {elapsed:.1f}s; faults {dict(sorted(faults.items()))}; "
+            f"terminals {dict(sorted(outcomes.items()))}; provider requests {len(provider.requests)} "
+            f"({h.prefix_checks} prefix-checked, {h.tool_requests} carrying tool results)"
+        )
+        if known_bug_runs:
+            print(f"({known_bug_runs} of them hit the known lost-frames-on-reconnect bug, tolerated)")
+        print(f"{RUNS} runs, {ok_runs} ok")
+    assert not failures, "\n".join(failures[:40])
+
+
+# --- bugs the loop found, pinned deterministically ------------------------------------------------------
+
+
+async def test_frames_written_to_a_dead_runsse_are_not_lost_on_reconnect(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    provider = FaultProvider()
+    url = await provider.start(nursery)
+    cfg = tmp_path / "byok.toml"
+    write_config(cfg, provider_url=url, data_dir=tmp_path / "data")
+    cfg.write_text(
+        cfg.read_text().replace("kv_ack_timeout_s = 5.0", "kv_ack_timeout_s = 1.0\nreconnect_grace_s = 5")
+    )
+    base_url, stop = await nursery.start(run_daemon, load_config(cfg, overrides={}))
+    provider.enqueue(text_script(["hello"]))
+    async with httpx.AsyncClient(timeout=30) as client:
+        h = Harness(
+            base_url,
+            client,
+            CursorSim(base_url, client),
+            provider,
+            tmp_path,
+            SQLiteStore.open_in(tmp_path / "data"),
+        )
+        c = Client(h, "req-dead-stream")
+        body = encode_frame(bytes(aiserver.BidiRequestId(request_id=c.rid)))
+        # The first RunSSE goes silent (a dead network path: nothing is read from it any more)
+        # while the run writes its KV SETs into it; then the client reconnects.
+        async with (
+            trio.open_nursery() as execs,
+            client.stream(
+                "POST",
+                base_url + RUN_SSE,
+                content=body,
+                headers={"content-type": "application/connect+proto"},
+            ),
+        ):
+            await c.start(_run_request(h, "conv-dead", "hi"))
+            await trio.sleep(0.3)
+            with trio.fail_after(5):
+                await c.stream(execs)
+        h.store.close()
+    stop()
+    assert c.terminals == [{}]
+
+
+async def test_an_empty_exec_control_message_does_not_stop_the_daemon(tmp_path: Path) -> None:
+    crashed: list[BaseException] = []
+    try:
+        async with trio.open_nursery() as n:
+            provider = FaultProvider()
+            url = await provider.start(n)
+            cfg = tmp_path / "byok.toml"
+            write_config(cfg, provider_url=url, data_dir=tmp_path / "data")
+            base_url, stop = await n.start(run_daemon, load_config(cfg, overrides={}))
+            provider.enqueue(Script(hang_before_headers=True), text_script(["still here"]))
+            async with httpx.AsyncClient(timeout=30) as client:
+                h = Harness(base_url, client, CursorSim(base_url, client), provider, tmp_path, None)  # type: ignore[arg-type]
+                bad = Client(h, "req-bad-control")
+                async with trio.open_nursery() as execs:
+                    execs.start_soon(bad.stream, execs)
+                    await bad.start(_run_request(h, "conv-bad", "hi"))
+                    await trio.sleep(0.2)
+                    await bad.send(
+                        agent.AgentClientMessage(exec_client_control_message=agent.ExecClientControlMessage())
+                    )
+                    await trio.sleep(0.2)
+                    await bad.send(_cancel())
+                    with trio.fail_after(5):
+                        while not bad.terminals:
+                            await trio.sleep(0.01)
+                    execs.cancel_scope.cancel()
+                good = Client(h, "req-after")
+                await drive(h, good, "conv-good", "again", append_first=False)
+            stop()
+            n.cancel_scope.cancel()
+    except BaseException as e:  # the daemon's nursery re-raises the run's AttributeError
+        crashed.append(e)
+    assert not crashed, repr(crashed[0])[:300]
+    assert good.terminals == [{}]
+
+
+async def test_type_confused_run_request_is_answered_invalid_argument(daemon: Any) -> None:
+    data = bytes([0x08, 0x05]).hex()  # AgentClientMessage field 1 (run_request), wire type varint, 5
+    body = bytes(
+        aiserver.BidiAppendRequest(
+            data=data, request_id=aiserver.BidiRequestId(request_id="req-x"), append_seqno=0
+        )
+    )
+    resp = await daemon.client.post(
+        daemon.base_url + "/aiserver.v1.BidiService/BidiAppend",
+        content=body,
+        headers={"content-type": "application/proto"},
+    )
+    # Not a well-typed AgentClientMessage, for a request id byok does not know: CLARIFICATIONS §1
+    # says it belongs to another stream and is relayed (upstream is unreachable in this fixture).
+    # What matters: a Connect answer, never an HTTP 500.
+    assert resp.status_code == 502 and resp.json()["code"] == "unavailable"
+    # On a request id that is an agent run (a RunSSE is open for it) the same data is rejected.
+    async with trio.open_nursery() as nursery:
+        opened = trio.Event()
+
+        async def runsse() -> None:
+            async with daemon.client.stream(
+                "POST",
+                daemon.base_url + "/agent.v1.AgentService/RunSSE",
+                content=bytes(aiserver.BidiRequestId(request_id="req-y")),
+                headers={"content-type": "application/proto"},
+            ) as r:
+                opened.set()
+                async for _ in r.aiter_bytes():
+                    pass
+
+        nursery.start_soon(runsse)
+        await opened.wait()
+        agent_body = bytes(
+            aiserver.BidiAppendRequest(
+                data=data, request_id=aiserver.BidiRequestId(request_id="req-y"), append_seqno=0
+            )
+        )
+        resp = await daemon.client.post(
+            daemon.base_url + "/aiserver.v1.BidiService/BidiAppend",
+            content=agent_body,
+            headers={"content-type": "application/proto"},
+        )
+        assert resp.status_code == 400 and resp.json()["code"] == "invalid_argument"
+        nursery.cancel_scope.cancel()
