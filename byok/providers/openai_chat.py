@@ -7,6 +7,7 @@ the finish chunk, and errors may arrive inside a 200 stream.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
@@ -26,7 +27,7 @@ from byok.model.events import (
     UsageReported,
 )
 from byok.model.messages import ReplayState, canonical_json
-from byok.model.request import AssistantTurn, ModelRequest, ToolResultTurn, UserTurn
+from byok.model.request import AssistantTurn, HistoryItem, ModelRequest, ToolResultTurn, UserTurn
 from byok.model.usage import Usage
 from byok.providers.http_errors import error_message as _error_message
 from byok.providers.http_errors import http_error as http_error  # re-exported for callers of this module
@@ -42,24 +43,16 @@ def build_request(req: ModelRequest) -> bytes:
     """The request body. Key order is fixed by construction (never sorted) so identical
     requests give identical bytes and a longer history only appends to ``messages``."""
     s = req.settings
-    messages: list[dict[str, Any]] = []
+    fragments: list[str] = []
     if req.system:
-        messages.append({"role": "system", "content": req.system})
-    for item in req.history:
-        if isinstance(item, UserTurn):
-            messages.append({"role": "user", "content": item.text})
-        elif isinstance(item, AssistantTurn):
-            messages.append(_assistant_message(item, s.replay_reasoning_on_tool_turns))
-        elif isinstance(item, ToolResultTurn):
-            # Chat has no is_error flag; the content itself says what went wrong.
-            messages.append({"role": "tool", "tool_call_id": item.call_id, "content": item.content})
-        else:  # pragma: no cover - HistoryItem is closed
-            raise TypeError(f"unknown history item {item!r}")
+        fragments.append(_dumps({"role": "system", "content": req.system}))
+    flag = s.replay_reasoning_on_tool_turns
+    fragments += [_fragment(item, flag) for item in req.history]
     body: dict[str, Any] = {
         "model": s.upstream_model,
         "stream": True,
         "stream_options": {"include_usage": True},
-        "messages": messages,
+        "messages": _MESSAGES_SLOT,
     }
     if req.tools:
         body["tools"] = [
@@ -78,7 +71,32 @@ def build_request(req: ModelRequest) -> bytes:
     # Last, so per-provider configuration can add (or deliberately override) anything.
     for key, value in s.extra_body:
         body[key] = value
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    text = _dumps(body)
+    if body.get("messages") is _MESSAGES_SLOT:
+        # Each history item's JSON is cached: a long conversation re-serialises only what is new.
+        text = text.replace(_MESSAGES_SLOT_JSON, "[" + ",".join(fragments) + "]", 1)
+    return text.encode()
+
+
+# A placeholder no real value can equal, swapped for the joined message fragments.
+_MESSAGES_SLOT = "\u0000byok-messages-slot\u0000"
+_MESSAGES_SLOT_JSON = json.dumps(_MESSAGES_SLOT)
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+@functools.lru_cache(maxsize=32768)
+def _fragment(item: HistoryItem, replay_on_tool_turns: bool) -> str:
+    if isinstance(item, UserTurn):
+        return _dumps({"role": "user", "content": item.text})
+    if isinstance(item, AssistantTurn):
+        return _dumps(_assistant_message(item, replay_on_tool_turns))
+    if isinstance(item, ToolResultTurn):
+        # Chat has no is_error flag; the content itself says what went wrong.
+        return _dumps({"role": "tool", "tool_call_id": item.call_id, "content": item.content})
+    raise TypeError(f"unknown history item {item!r}")  # pragma: no cover - HistoryItem is closed
 
 
 def _assistant_message(turn: AssistantTurn, replay_on_tool_turns: bool) -> dict[str, Any]:
