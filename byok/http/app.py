@@ -402,6 +402,7 @@ class App:
         interval: float,
     ) -> None:
         ended = False
+        sent_end = False
         with trio.CancelScope() as cs:
             slot.attach(cs)
             async with trio.open_nursery() as nursery:
@@ -437,12 +438,16 @@ class App:
                             size += len(nxt)
                         body = batch[0] if len(batch) == 1 else b"".join(batch)
                         await send({"type": "http.response.body", "body": body, "more_body": True})
+                        if batch[-1] is slot.end_frame:
+                            sent_end = True
                 finally:
                     nursery.cancel_scope.cancel()
         if slot.detach(cs) and not ended and not slot.closed:
             self.nursery.start_soon(self._grace, slot)
         if ended:
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            # The end frame went to an earlier stream that died: this one must carry it too.
+            tail = slot.end_frame if not sent_end and slot.end_frame is not None else b""
+            await send({"type": "http.response.body", "body": tail, "more_body": False})
 
     # --- HTTP/2 Run -------------------------------------------------------------------
     async def run_bidi(self, scope: Scope, receive: Receive, send: Send) -> None:

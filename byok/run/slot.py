@@ -32,6 +32,9 @@ class RunSlot:
         self._inbox_send, self.inbox = trio.open_memory_channel[agent.AgentClientMessage](math.inf)
         self.run_started = False
         self.closed = False  # the end-stream frame has been queued
+        # Kept after it is queued: a RunSSE that reconnects after the run ended (its first stream
+        # died with the end frame in it) must still learn how the run ended.
+        self.end_frame: bytes | None = None
         self.finished = trio.Event()  # the run task has ended
         self._attached: trio.CancelScope | None = None
         self.attached_event = trio.Event()  # set when a RunSSE (re)attaches
@@ -57,6 +60,7 @@ class RunSlot:
         if self.closed:
             return
         self.closed = True
+        self.end_frame = end_stream
         self._frames_send.send_nowait(end_stream)
         self._frames_send.close()
         self.order.clear()

@@ -6,10 +6,11 @@ exception, a hang or a corrupted store; a good input gives the same answer howev
 chunked. Each ``@fuzz(n)`` target runs ``n`` examples in ``make test`` and
 ``BYOK_FUZZ_EXAMPLES`` examples in ``make fuzz`` (see tests/fuzz/conftest.py, docs/fuzzing.md).
 
-Known bugs: a generic property that would keep tripping over a bug already reported lets
-exactly that failure (exception type + byok file + function, ``KNOWN_BUGS``) through, and a
-strict xfail test below pins the bug with a minimal input. When the bug is fixed the xfail
-starts passing, strict mode fails it, and both the xfail and its ``KNOWN_BUGS`` entry go.
+Known bugs: a generic property that would keep tripping over a bug already reported may let
+exactly that failure (exception type + byok file + function, ``KNOWN_BUGS``) through while a
+strict xfail test pins the bug with a minimal input. When the bug is fixed the xfail starts
+passing, strict mode fails it, and both the xfail and its ``KNOWN_BUGS`` entry go. The bugs
+found so far are fixed; their minimal inputs stay below as regression tests.
 """
 
 from __future__ import annotations
@@ -83,30 +84,9 @@ def fuzz(ci_examples: int) -> settings:
 
 _BYOK_DIR = str(Path(byok.__file__).resolve().parent)
 
-# (exception type, byok file, function) of failures already pinned by a strict xfail below.
-KNOWN_BUGS: frozenset[tuple[str, str, str]] = frozenset(
-    {
-        # test_anthropic_event_type_that_is_not_a_string
-        ("TypeError", "anthropic.py", "_event"),
-        # test_chat_tool_call_function_that_is_not_an_object
-        ("AttributeError", "openai_chat.py", "_tool_fragment"),
-        # test_chat_usage_details_that_are_not_objects
-        ("AttributeError", "openai_chat.py", "_parse_usage"),
-        # test_responses_fields_of_the_wrong_json_type
-        ("AttributeError", "openai_responses.py", "_event"),
-        ("TypeError", "openai_responses.py", "_event"),
-        ("AttributeError", "openai_responses.py", "_item_of"),
-        ("TypeError", "openai_responses.py", "_item_of"),
-        ("AttributeError", "openai_responses.py", "_parse_usage"),
-        ("TypeError", "openai_responses.py", "_item_done"),
-        # test_anthropic_fields_of_the_wrong_json_type
-        ("AttributeError", "anthropic.py", "_event"),
-        ("AttributeError", "anthropic.py", "_block_delta"),
-        ("AttributeError", "anthropic.py", "_parse_usage"),
-        # test_exec_control_message_without_a_variant
-        ("AttributeError", "tool_round.py", "on_control"),
-    }
-)
+# (exception type, byok file, function) of failures already pinned by a strict xfail.
+# Empty: every bug these properties found so far is fixed (see docs/fuzzing.md).
+KNOWN_BUGS: frozenset[tuple[str, str, str]] = frozenset()
 
 
 def _site(e: BaseException) -> tuple[str, str, str]:
@@ -1235,8 +1215,7 @@ def test_decode_root_on_arbitrary_json(data: bytes) -> None:
     if m is None:
         return
     assert m.role in ("system", "user", "assistant", "tool")
-    if not _well_typed_message(m):
-        return  # pinned by test_decode_root_rejects_wrongly_typed_fields
+    assert _well_typed_message(m), m  # wrongly typed fields are a RootJsonError
     encoded = encode_root(m)
     assert encode_root(decode_root(encoded)) == encoded
 
