@@ -256,8 +256,13 @@ class Run:
             )
             self.prior_turns = tuple(state.turns)
             imported = True
-        if state is not None and state.token_details is not None:
-            self.details = state.token_details
+        if state is not None:
+            # The client holds every blob its checkpoint references (a checkpoint only ever names
+            # ACKed blobs): after a restart nothing it already has is SET again.
+            self.memory.acked.update(state.root_prompt_messages_json)
+            self.memory.acked.update(state.turns)
+            if state.token_details is not None:
+                self.details = state.token_details
 
         if st.action == "resume_action":
             if state is None or not state.root_prompt_messages_json:
