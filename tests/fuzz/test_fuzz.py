@@ -29,7 +29,7 @@ from typing import Any
 import betterproto2
 import pytest
 import trio
-from hypothesis import assume, example, given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import byok
@@ -1216,6 +1216,27 @@ def test_decode_root_on_arbitrary_json(data: bytes) -> None:
         return
     assert m.role in ("system", "user", "assistant", "tool")
     assert _well_typed_message(m), m  # wrongly typed fields are a RootJsonError
+    if m.role != "assistant" and m.tool_calls:
+        return  # pinned by test_tool_calls_in_a_non_assistant_root_round_trip
+    encoded = encode_root(m)
+    assert encode_root(decode_root(encoded)) == encoded
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: decode_root accepts tool-call parts in a system/user/tool root and returns a Message "
+    "with tool_calls that encode_root cannot write for that role (plain-text content / one tool-result) "
+    "while it still writes providerOptions.byok.call_index; decoding that drops the calls, so "
+    "encode(decode(encode(m))) != encode(m) and the root's blob id changes (found by `make fuzz`)",
+)
+@pytest.mark.parametrize("role", ["system", "user", "tool"])
+def test_tool_calls_in_a_non_assistant_root_round_trip(role: str) -> None:
+    data = json.dumps(
+        {"role": role, "content": [{"type": "tool-call", "toolCallId": "c1", "toolName": "Read"}]}
+    ).encode()
+    m = _decode_root_outcome(data)
+    if m is None:
+        return  # refusing such a root is a fine answer too
     encoded = encode_root(m)
     assert encode_root(decode_root(encoded)) == encoded
 
@@ -1328,20 +1349,20 @@ def _check_store_ops(data_dir: Path, ops: list[Any]) -> None:
                 version, revision, history = version + 1, back, revisions[back] if back is not None else ()
                 assert (head.version, head.revision_id, head.messages) == (version, revision, history)
                 model[conv] = (version, revision, history)
-            expected = version + delta
-            assume(expected >= 0)
+            expected = version + delta if version + delta >= 0 else version + 1  # never negative
+            stale = expected != version
             before = store.head(conv)
             try:
                 head = store.append(conv, expected, messages, now, event_id=event_id)
             except StaleRevision as e:
-                assert delta != 0 and event_id not in events.get(conv, set())
+                assert stale and event_id not in events.get(conv, set())
                 assert (e.expected_version, e.actual_version) == (expected, version)
                 assert store.head(conv) == before  # a lost CAS leaves the conversation untouched
                 continue
             if event_id is not None and event_id in events.get(conv, set()):
                 assert head == before  # already consumed: replayed, nothing appended
                 continue
-            assert delta == 0
+            assert not stale
             assert head.messages == history + tuple(messages)
             assert head.version == version + 1 and head.revision_id is not None
             parents[head.revision_id] = revision
