@@ -29,7 +29,7 @@ from byok.model.messages import ReplayState, ToolCall, canonical_json
 from byok.model.request import AssistantTurn, ModelRequest, ToolResultTurn, UserTurn
 from byok.model.usage import Usage
 from byok.providers.replay import saved_list
-from byok.providers.sse import SSEDecoder, SSEEvent
+from byok.providers.sse import SSEEvent, SSEStreamParser
 
 PROVIDER_KIND = "anthropic"
 # The API requires max_tokens. 8192 fits every current model's output limit; configure
@@ -183,7 +183,7 @@ class _Block:
     closed: bool = False
 
 
-class AnthropicStreamParser:
+class AnthropicStreamParser(SSEStreamParser):
     """Feed raw response bytes; get ``ModelEvent`` lists back; call ``end`` at EOF.
 
     Usage and the stop reason are checked at ``message_stop`` before any ``ToolCallEnded``
@@ -191,8 +191,10 @@ class AnthropicStreamParser:
     ``ping`` and event types added later are ignored.
     """
 
+    label = "Anthropic"
+
     def __init__(self) -> None:
-        self._sse = SSEDecoder()
+        super().__init__()
         self._started = False
         self._usage: dict[str, Any] = {}
         self._stop_reason: str | None = None
@@ -200,28 +202,12 @@ class AnthropicStreamParser:
         self._calls: list[_Block] = []
         self._done = False
 
-    def feed(self, data: bytes) -> list[ModelEvent]:
-        out: list[ModelEvent] = []
-        for ev in self._sse.feed(data):
-            self._event(ev, out)
-        return out
-
     def end(self) -> list[ModelEvent]:
-        out: list[ModelEvent] = []
-        for ev in self._sse.end():
-            self._event(ev, out)
+        out = self._drain_end()
         if not self._done:
             cut = " mid-event" if self._sse.has_partial else ""
             raise ProviderError(f"stream ended{cut} before message_stop (truncated response)")
         return out
-
-    def _event(self, ev: SSEEvent, out: list[ModelEvent]) -> None:
-        try:
-            self._handle(ev, out)
-        except (AttributeError, TypeError, KeyError, IndexError, ValueError) as e:
-            # A field of the wrong JSON type deep in an event: the stream is unusable, and
-            # the run must fail as a provider error, not as an internal one.
-            raise ProviderError(f"malformed Anthropic stream event: {type(e).__name__}: {e}") from None
 
     def _handle(self, ev: SSEEvent, out: list[ModelEvent]) -> None:
         if self._done:

@@ -32,7 +32,7 @@ from byok.model.usage import Usage
 from byok.providers.http_errors import error_message as _error_message
 from byok.providers.http_errors import http_error as http_error  # re-exported for callers of this module
 from byok.providers.http_errors import retryable_status as _retryable_status
-from byok.providers.sse import SSEDecoder, SSEEvent
+from byok.providers.sse import SSEEvent, SSEStreamParser
 
 PROVIDER_KIND = "openai_chat"
 
@@ -140,7 +140,7 @@ class _Call:
     args: list[str] = attrs.Factory(list)
 
 
-class ChatStreamParser:
+class ChatStreamParser(SSEStreamParser):
     """Feed raw response bytes; get ``ModelEvent`` lists back; call ``end`` at EOF.
 
     Validation of the finish reason and usage happens before ``ToolCallEnded`` is emitted,
@@ -148,8 +148,10 @@ class ChatStreamParser:
     missing usage, truncation).
     """
 
+    label = "Chat"
+
     def __init__(self) -> None:
-        self._sse = SSEDecoder()
+        super().__init__()
         self._started = False
         self._thinking: list[str] = []
         self._thinking_open = False
@@ -158,16 +160,8 @@ class ChatStreamParser:
         self._usage: Usage | None = None
         self._done = False
 
-    def feed(self, data: bytes) -> list[ModelEvent]:
-        out: list[ModelEvent] = []
-        for ev in self._sse.feed(data):
-            self._event(ev, out)
-        return out
-
     def end(self) -> list[ModelEvent]:
-        out: list[ModelEvent] = []
-        for ev in self._sse.end():
-            self._event(ev, out)
+        out = self._drain_end()
         if self._done:
             return out
         if self._finish is None:
@@ -178,14 +172,6 @@ class ChatStreamParser:
         # Some providers stop after the usage chunk without [DONE]; that is a whole answer.
         self._terminal(out)
         return out
-
-    def _event(self, ev: SSEEvent, out: list[ModelEvent]) -> None:
-        try:
-            self._handle(ev, out)
-        except (AttributeError, TypeError, KeyError, IndexError, ValueError) as e:
-            # A field of the wrong JSON type deep in an event: the stream is unusable, and
-            # the run must fail as a provider error, not as an internal one.
-            raise ProviderError(f"malformed Chat stream event: {type(e).__name__}: {e}") from None
 
     def _handle(self, ev: SSEEvent, out: list[ModelEvent]) -> None:
         if self._done:

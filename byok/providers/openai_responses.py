@@ -30,7 +30,7 @@ from byok.model.messages import ReplayState, ToolCall, canonical_json
 from byok.model.request import AssistantTurn, ModelRequest, ToolResultTurn, UserTurn
 from byok.model.usage import Usage
 from byok.providers.replay import saved_list
-from byok.providers.sse import SSEDecoder, SSEEvent
+from byok.providers.sse import SSEEvent, SSEStreamParser
 
 PROVIDER_KIND = "openai_responses"
 
@@ -188,7 +188,7 @@ class _Item:
     arguments: str | None = None  # complete arguments, from arguments.done or output_item.done
 
 
-class ResponsesStreamParser:
+class ResponsesStreamParser(SSEStreamParser):
     """Feed raw response bytes; get ``ModelEvent`` lists back; call ``end`` at EOF.
 
     Events this parser does not name (``content_part.*``, ``output_text.done``,
@@ -196,8 +196,10 @@ class ResponsesStreamParser:
     ``output_item.done`` already carry, so they are ignored, as are event types added later.
     """
 
+    label = "Responses"
+
     def __init__(self) -> None:
-        self._sse = SSEDecoder()
+        super().__init__()
         self._started = False
         self._items: dict[int, _Item] = {}  # by output_index
         self._ids: dict[str, int] = {}  # item id -> output_index
@@ -205,28 +207,12 @@ class ResponsesStreamParser:
         self._thinking_open = False
         self._done = False
 
-    def feed(self, data: bytes) -> list[ModelEvent]:
-        out: list[ModelEvent] = []
-        for ev in self._sse.feed(data):
-            self._event(ev, out)
-        return out
-
     def end(self) -> list[ModelEvent]:
-        out: list[ModelEvent] = []
-        for ev in self._sse.end():
-            self._event(ev, out)
+        out = self._drain_end()
         if not self._done:
             cut = " mid-event" if self._sse.has_partial else ""
             raise ProviderError(f"stream ended{cut} before response.completed (truncated response)")
         return out
-
-    def _event(self, ev: SSEEvent, out: list[ModelEvent]) -> None:
-        try:
-            self._handle(ev, out)
-        except (AttributeError, TypeError, KeyError, IndexError, ValueError) as e:
-            # A field of the wrong JSON type deep in an event: the stream is unusable, and
-            # the run must fail as a provider error, not as an internal one.
-            raise ProviderError(f"malformed Responses stream event: {type(e).__name__}: {e}") from None
 
     def _handle(self, ev: SSEEvent, out: list[ModelEvent]) -> None:
         if self._done:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import attrs
 
+from byok.model.events import ModelEvent, ProviderError
+
 
 @attrs.frozen
 class SSEEvent:
@@ -90,3 +92,36 @@ class SSEDecoder:
                 self._event = value
             # "id" and "retry" only matter to auto-reconnecting clients; we never reconnect.
         return out
+
+
+class SSEStreamParser:
+    """The frame the three stream parsers share: SSE decoding, and any field of the wrong JSON
+    type deep in an event turned into a ProviderError (the stream is unusable, and the run must
+    fail as a provider error, not as an internal one). Subclasses implement ``_handle`` and
+    their own ``end`` on top of ``_drain_end``."""
+
+    label = "provider"
+
+    def __init__(self) -> None:
+        self._sse = SSEDecoder()
+
+    def feed(self, data: bytes) -> list[ModelEvent]:
+        out: list[ModelEvent] = []
+        for ev in self._sse.feed(data):
+            self._event(ev, out)
+        return out
+
+    def _drain_end(self) -> list[ModelEvent]:
+        out: list[ModelEvent] = []
+        for ev in self._sse.end():
+            self._event(ev, out)
+        return out
+
+    def _event(self, ev: SSEEvent, out: list[ModelEvent]) -> None:
+        try:
+            self._handle(ev, out)
+        except (AttributeError, TypeError, KeyError, IndexError, ValueError) as e:
+            raise ProviderError(f"malformed {self.label} stream event: {type(e).__name__}: {e}") from None
+
+    def _handle(self, ev: SSEEvent, out: list[ModelEvent]) -> None:
+        raise NotImplementedError
