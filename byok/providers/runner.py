@@ -6,6 +6,7 @@ connecting, waiting for response headers and reading the body alike.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -74,7 +75,9 @@ async def stream_call(
     stats = CallStats() if stats is None else stats
     start = clock()
     try:
-        async with client.stream("POST", endpoint.url, content=body, headers=_headers(endpoint)) as resp:
+        async with client.stream(
+            "POST", _url(endpoint.url), content=body, headers=_headers(endpoint)
+        ) as resp:
             stats.status = resp.status_code
             stats.ttfb_s = clock() - start
             if not 200 <= resp.status_code < 300:
@@ -102,7 +105,14 @@ def _captured(capture: bytearray | None, data: bytes) -> bytes:
     return data
 
 
-def _headers(endpoint: Endpoint) -> list[tuple[str, str]]:
+@functools.lru_cache(maxsize=64)
+def _url(url: str) -> httpx.URL:
+    # httpx parses a str URL on every request (~60 us); a parsed one is reused as is.
+    return httpx.URL(url)
+
+
+@functools.lru_cache(maxsize=64)
+def _headers(endpoint: Endpoint) -> tuple[tuple[str, str], ...]:
     headers = list(endpoint.headers)
     present = {k.lower() for k, _ in headers}
     for key, value in (
@@ -113,7 +123,7 @@ def _headers(endpoint: Endpoint) -> list[tuple[str, str]]:
     ):
         if key not in present:
             headers.append((key, value))
-    return headers
+    return tuple(headers)
 
 
 async def _deliver(

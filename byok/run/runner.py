@@ -61,7 +61,7 @@ from byok.run.kv import KvFailure, KvLink
 from byok.run.provider_call import CallContext, ProviderCallFailed, call_model
 from byok.run.slot import RunSlot
 from byok.run.tool_round import ExecRouter, ToolRound
-from byok.store import AsyncStore, SQLiteStore, StaleRevision
+from byok.store import AsyncStore, RunExists, SQLiteStore, StaleRevision
 from byok.store.records import Head
 
 log = logging.getLogger("byok.run")
@@ -85,11 +85,60 @@ class RunDeps:
 
 
 def _load_start(
-    s: SQLiteStore, conversation_id: str, event_id: str, message_id: str
-) -> tuple[Head, tuple[bytes, ...], Message | None, tuple[bool, int | None]]:
+    s: SQLiteStore, run: tuple[str, str], conversation_id: str, now_ms: int
+) -> tuple[Head, tuple[bytes, ...]]:
+    s.start_run(run[0], conversation_id, run[1], now_ms)
     head = s.head(conversation_id)
-    anchor = s.input_anchor(conversation_id, message_id) if message_id else (False, None)
-    return head, s.turns_at(head.revision_id), s.runtime_event_message(conversation_id, event_id), anchor
+    return head, s.turns_at(head.revision_id)
+
+
+@attrs.frozen
+class Begun:
+    """What ``_begin_user_turn`` found and did in its one trip to the store's thread."""
+
+    head: Head
+    turns: tuple[bytes, ...]
+    appended: bool  # False: the run must import the client's history first, then append
+
+
+def _begin_user_turn(
+    s: SQLiteStore,
+    run: tuple[str, str],
+    conversation_id: str,
+    event_id: str,
+    message_id: str,
+    runtime: Message,
+    now_ms: int,
+    *,
+    may_import: bool,
+) -> Begun:
+    """The start of a user turn in one hop to the store's thread and one fsync: load the head,
+    branch for an edit, append the runtime message exactly once (a retried run_request replays)
+    with the run's row in the same transaction."""
+    head = s.head(conversation_id)
+    turns = s.turns_at(head.revision_id)
+    if head.version == 0 and may_import:
+        s.start_run(run[0], conversation_id, run[1], now_ms)
+        return Begun(head, turns, appended=False)
+    if s.runtime_event_message(conversation_id, event_id) is not None:
+        s.start_run(run[0], conversation_id, run[1], now_ms)
+        return Begun(head, turns, appended=True)
+    if message_id:
+        seen, anchor = s.input_anchor(conversation_id, message_id)
+        if seen and anchor != head.revision_id:
+            # An edited (or retried) message: branch from the revision before it.
+            head = s.move_head(conversation_id, head.version, anchor, now_ms)
+            turns = s.turns_at(anchor)
+    head = s.append(
+        conversation_id,
+        head.version,
+        [runtime],
+        now_ms,
+        event_id=event_id,
+        input_id=message_id or None,
+        start_run=run,
+    )
+    return Begun(head, turns, appended=True)
 
 
 def _ends_with_answer(messages: tuple[Message, ...]) -> bool:
@@ -104,6 +153,11 @@ class RunFailed(Exception):
     def __init__(self, error: ConnectError) -> None:
         super().__init__(str(error))
         self.error = error
+
+
+def _changed_under_run(e: StaleRevision) -> RunFailed:
+    # The supervisor serializes runs, so only an outside writer can move the head.
+    return RunFailed(ConnectError("aborted", f"conversation changed under this run: {e}"))
 
 
 class Run:
@@ -126,7 +180,8 @@ class Run:
         self.assets = deps.prompts[self.mode]
         self.tool_specs = deps.tools.specs_by_mode.get(self.mode, ())
         self.head: Head | None = None
-        self._started = trio.Event()  # the run row exists
+        self._row = "unwritten"  # "mine": the start point's first store trip wrote it; "foreign":
+        # an earlier run owns this request id, so this one writes nothing
         self.prior_turns: tuple[bytes, ...] = ()
         self.details = agent.ConversationTokenDetails(max_tokens=self.model.context_tokens)
 
@@ -137,9 +192,6 @@ class Run:
         error: ConnectError | None = None
         with scope:
             async with trio.open_nursery() as nursery:
-                # The run row is written beside the turn's first steps, not before them: one
-                # fsync less before the provider call. _finish waits for it.
-                nursery.start_soon(self._record_start)
                 nursery.start_soon(self._pump_inbox, scope)
                 try:
                     await self._turn()
@@ -168,17 +220,15 @@ class Run:
                 "run %s: RunSSE reconnected, re-sent %d unacknowledged blob SET(s)", self.start.request_id, n
             )
 
-    async def _record_start(self) -> None:
-        st = self.start
-        with trio.CancelScope(shield=True):
-            await self.deps.store.start_run(
-                st.request_id, st.conversation_id, st.model_id, self.deps.wall_ms()
-            )
-            self._started.set()
-
     async def _finish(self, status: str, error: ConnectError | None = None) -> None:
         with trio.CancelScope(shield=True):
-            await self._started.wait()
+            if self._row == "foreign":
+                return
+            if self._row == "unwritten":  # the run ended before its start point wrote the row
+                st = self.start
+                await self.deps.store.start_run(
+                    st.request_id, st.conversation_id, st.model_id, self.deps.wall_ms()
+                )
             await self.deps.store.finish_run(
                 self.start.request_id,
                 status,
@@ -241,28 +291,56 @@ class Run:
         runtime message(s) exactly once; return the turn to build and any staged round to re-run."""
         st = self.start
         store = self.deps.store
-        timeout = self.deps.config.server.kv_ack_timeout_s
         state = st.client_state
         event_id = f"run-request:{st.request_id}"
-        message_id = st.user_message.message_id if st.user_message is not None else ""
-        # Everything the start needs from SQLite in one trip to the store's thread.
-        self.head, self.prior_turns, existing, (seen, anchor) = await store.call(
-            _load_start, st.conversation_id, event_id, message_id
-        )
-        imported = False
-        if self.head.version == 0 and state is not None and state.root_prompt_messages_json:
-            self.head = await import_history(
-                store, self.kv, st.conversation_id, state, self.deps.wall_ms(), timeout
+        may_import = state is not None and bool(state.root_prompt_messages_json)
+        user = st.user_message
+        if st.action == "user_message_action":
+            assert user is not None
+            # The common path: one store trip, one fsync, before the provider call.
+            runtime = build_runtime_message(
+                self.assets.runtime_template,
+                request_id=st.request_id,
+                user_message=user,
+                request_context=st.request_context,
+                now_iso=iso_utc(self.deps.wall_ms()),
+                time_zone=None,
             )
-            self.prior_turns = tuple(state.turns)
+            try:
+                begun = await store.call(
+                    _begin_user_turn,
+                    (st.request_id, st.model_id),
+                    st.conversation_id,
+                    event_id,
+                    user.message_id,
+                    runtime,
+                    self.deps.wall_ms(),
+                    may_import=may_import,
+                )
+            except StaleRevision as e:
+                raise _changed_under_run(e) from None
+            except RunExists as e:
+                raise self._request_id_reused(e) from None
+            self._row = "mine"
+            self.head, self.prior_turns = begun.head, begun.turns
+            self._remember_client_state()
+            if not begun.appended:
+                await self._import_history()
+                await self._append([runtime], event_id=event_id, input_id=user.message_id or None)
+            return TurnRecord(st.request_id, bytes(user)), None
+
+        try:
+            self.head, self.prior_turns = await store.call(
+                _load_start, (st.request_id, st.model_id), st.conversation_id, self.deps.wall_ms()
+            )
+        except RunExists as e:
+            raise self._request_id_reused(e) from None
+        self._row = "mine"
+        imported = False
+        if self.head.version == 0 and may_import:
+            await self._import_history()
             imported = True
-        if state is not None:
-            # The client holds every blob its checkpoint references (a checkpoint only ever names
-            # ACKed blobs): after a restart nothing it already has is SET again.
-            self.memory.acked.update(state.root_prompt_messages_json)
-            self.memory.acked.update(state.turns)
-            if state.token_details is not None:
-                self.details = state.token_details
+        self._remember_client_state()
 
         if st.action == "resume_action":
             if state is None or not state.root_prompt_messages_json:
@@ -273,34 +351,43 @@ class Run:
             self.prior_turns = tuple(turns[:-1])
             if not turns:
                 return TurnRecord(st.request_id, bytes(agent.UserMessage())), staged
+            timeout = self.deps.config.server.kv_ack_timeout_s
             return await fetch_turn(self.kv, turns[-1], timeout), staged
 
-        if st.action == "background_task_completion_action":
-            finished = [c for c in st.completions if is_subagent_finished(c)]
-            for c in finished:
-                await self._append([completion_message(c)], event_id=completion_event_id(c))
-            first = finished[0] if finished else st.completions[0]
-            return TurnRecord(st.request_id, bytes(simulated_user_message(first))), None
+        assert st.action == "background_task_completion_action", st.action
+        finished = [c for c in st.completions if is_subagent_finished(c)]
+        for c in finished:
+            await self._append([completion_message(c)], event_id=completion_event_id(c))
+        first = finished[0] if finished else st.completions[0]
+        return TurnRecord(st.request_id, bytes(simulated_user_message(first))), None
 
-        user = st.user_message
-        assert user is not None
-        if user.message_id and seen and anchor != self._current_head().revision_id:
-            # An edited (or retried) message: branch from the revision before it.
-            self.head = await store.move_head(
-                st.conversation_id, self._current_head().version, anchor, self.deps.wall_ms()
-            )
-            self.prior_turns = await store.turns_at(anchor)
-        if existing is None:
-            runtime = build_runtime_message(
-                self.assets.runtime_template,
-                request_id=st.request_id,
-                user_message=user,
-                request_context=st.request_context,
-                now_iso=iso_utc(self.deps.wall_ms()),
-                time_zone=None,
-            )
-            await self._append([runtime], event_id=event_id, input_id=user.message_id or None)
-        return TurnRecord(st.request_id, bytes(user)), None
+    def _request_id_reused(self, e: RunExists) -> RunFailed:
+        self._row = "foreign"
+        return RunFailed(ConnectError("already_exists", f"request id already used by an earlier run: {e}"))
+
+    async def _import_history(self) -> None:
+        st = self.start
+        assert st.client_state is not None
+        self.head = await import_history(
+            self.deps.store,
+            self.kv,
+            st.conversation_id,
+            st.client_state,
+            self.deps.wall_ms(),
+            self.deps.config.server.kv_ack_timeout_s,
+        )
+        self.prior_turns = tuple(st.client_state.turns)
+
+    def _remember_client_state(self) -> None:
+        state = self.start.client_state
+        if state is None:
+            return
+        # The client holds every blob its checkpoint references (a checkpoint only ever names
+        # ACKed blobs): after a restart nothing it already has is SET again.
+        self.memory.acked.update(state.root_prompt_messages_json)
+        self.memory.acked.update(state.turns)
+        if state.token_details is not None:
+            self.details = state.token_details
 
     async def _move_to(self, count: int) -> None:
         head = self._current_head()
@@ -416,8 +503,7 @@ class Run:
                 self.start.conversation_id, head.version, messages, self.deps.wall_ms(), **kw
             )
         except StaleRevision as e:
-            # The supervisor serializes runs, so only an outside writer can move the head.
-            raise RunFailed(ConnectError("aborted", f"conversation changed under this run: {e}")) from None
+            raise _changed_under_run(e) from None
 
     async def _call_model(self) -> ModelCallResult:
         request = ModelRequest(

@@ -1,7 +1,7 @@
 """The store: SQLite source of truth for conversation history, runs, provider calls and blobs."""
 
 from byok.store.async_store import AsyncStore
-from byok.store.errors import StaleRevision, StoreError
+from byok.store.errors import RunExists, StaleRevision, StoreError
 from byok.store.records import BlobEdge, Head, LlmCallRecord, LlmCallStatus, RunRecord, RunStatus
 from byok.store.sqlite_store import DB_FILENAME, SQLiteStore
 
@@ -12,6 +12,7 @@ __all__ = [
     "Head",
     "LlmCallRecord",
     "LlmCallStatus",
+    "RunExists",
     "RunRecord",
     "RunStatus",
     "SQLiteStore",

@@ -21,3 +21,11 @@ class StaleRevision(StoreError):
         self.conversation_id = conversation_id
         self.expected_version = expected_version
         self.actual_version = actual_version
+
+
+class RunExists(StoreError):
+    """A run row with this request id already exists: request ids are single-use."""
+
+    def __init__(self, request_id: str) -> None:
+        super().__init__(f"run {request_id!r} already exists")
+        self.request_id = request_id

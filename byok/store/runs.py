@@ -9,7 +9,7 @@ import sqlite3
 from typing import Any, cast
 
 from byok.model.usage import Usage
-from byok.store.errors import StoreError
+from byok.store.errors import RunExists, StoreError
 from byok.store.records import TERMINAL_RUN_STATUSES, LlmCallRecord, LlmCallStatus, RunRecord, RunStatus
 from byok.store.schema import USAGE_COLUMNS
 
@@ -45,7 +45,7 @@ def start_run(
             (request_id, conversation_id, model_id, now_ms),
         )
     except sqlite3.IntegrityError as e:
-        raise StoreError(f"run {request_id!r} already exists") from e
+        raise RunExists(request_id) from e
 
 
 def finish_run(

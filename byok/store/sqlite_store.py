@@ -121,9 +121,11 @@ class SQLiteStore:
         *,
         event_id: str | None = None,
         input_id: str | None = None,
+        start_run: tuple[str, str] | None = None,
     ) -> Head:
         """Append ``messages`` as a new head revision, if the conversation is still at
         ``expected_version`` (0 = does not exist yet). Raises StaleRevision otherwise.
+        ``start_run``: (request_id, model_id) of a run whose row is written in the same transaction.
 
         ``event_id``: exactly-once key of the runtime event these messages consume; if it was already
         consumed nothing is appended and the current head is returned (whatever its version), so a
@@ -135,6 +137,8 @@ class SQLiteStore:
         encoded = [message.encode() for message in messages]
         ids = [hashlib.sha256(data).digest() for data in encoded]
         with self._transaction(write=True) as conn:
+            if start_run is not None:
+                _runs.start_run(conn, start_run[0], conversation_id, start_run[1], now_ms)
             if event_id is not None and self._event_seen(conn, conversation_id, event_id):
                 head = self._head(conn, conversation_id)
             else:

@@ -29,7 +29,7 @@ from byok.model.messages import Message
 from byok.pb.agent import v1 as agent
 from byok.pb.aiserver import v1 as aiserver
 from byok.store import SQLiteStore
-from tests.integration.conftest import Daemon
+from tests.integration.conftest import Daemon, start_daemon
 from tests.integration.test_spine import assert_checkpoints_reference_only_acked, referenced_blobs
 from tests.support.fake_provider import Script, chat_text_script, chat_tool_script, error_script
 from tests.support.run_driver import (
@@ -433,6 +433,31 @@ async def test_failed_run_then_same_message_id_is_not_sent_twice(daemon: Daemon)
     assert [m.role for m in head(d)] == ["user", "assistant"]
     assert_history_invariants(d.provider, prefix=False)
     assert_store_has_no_duplicate(d.data_dir, "conv-life")
+
+
+async def test_a_reused_request_id_is_refused_and_changes_nothing(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    """Request ids are single-use: the same id after a restart gets already_exists, writes no
+    second runtime message and no run row, and the daemon goes on serving."""
+    async with start_daemon(tmp_path, nursery) as d1:
+        d1.provider.enqueue(chat_text_script(["first"]))
+        assert (await d1.sim.run("req-once", turn("hello", "m1"))).end_stream == {}
+        first = await wait_run_ended(d1.data_dir, "req-once")
+    async with start_daemon(tmp_path, nursery) as d2:
+        again = await d2.sim.run("req-once", turn("hello", "m1"))
+        assert again.error is not None and again.error["code"] == "already_exists"
+        assert again.frames == []
+        d2.provider.enqueue(chat_text_script(["second"]))
+        assert (await d2.sim.run("req-two", turn("and now?", "m2"))).text() == "second"
+        assert (await wait_run_ended(d2.data_dir, "req-two")).status == "success"
+        assert [(m.role, m.event_id) for m in head(d2) if m.role == "user"] == [
+            ("user", "run-request:req-once"),
+            ("user", "run-request:req-two"),
+        ]
+        assert_store_has_no_duplicate(d2.data_dir, "conv-life")
+        with SQLiteStore.open_in(d2.data_dir) as store:
+            assert store.run("req-once") == first
 
 
 # --- 5. RunSSE drop and reconnect -----------------------------------------------------------
