@@ -12,6 +12,7 @@ import trio
 from byok.config import Config
 from byok.cursor import encode
 from byok.cursor.request import RunRequestError, RunStart, parse_run_request, requested_model_id
+from byok.http import state_ids
 from byok.http.asgi import (
     BodyTooLarge,
     ClientGone,
@@ -66,12 +67,20 @@ async def _watch_disconnect(receive: Receive, scope: trio.CancelScope) -> None:
 def _parse_client_message(raw: bytes) -> agent.AgentClientMessage | None:
     """None for anything that is not exactly one AgentClientMessage variant (betterproto2
     raises on undecodable bytes and on two members of the oneof)."""
+    lifted = state_ids.lift(raw)
     try:
-        msg = agent.AgentClientMessage.parse(raw)
+        msg = agent.AgentClientMessage.parse(raw if lifted is None else lifted.rest)
         name, _ = betterproto2.which_one_of(msg, "message")
     except Exception:
         return None
-    return msg if name and well_typed(msg) else None
+    if not name or not well_typed(msg):
+        return None
+    if lifted is not None:
+        # The checkpoint's id lists were scanned, not parsed: put them back in place.
+        state = msg.run_request.conversation_state  # type: ignore[union-attr]
+        state.root_prompt_messages_json = lifted.roots  # type: ignore[union-attr]
+        state.turns = lifted.turns  # type: ignore[union-attr]
+    return msg
 
 
 def decode_agent_message(data: str) -> agent.AgentClientMessage | None:
