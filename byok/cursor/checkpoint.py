@@ -14,6 +14,7 @@ pending_tool_calls (its root JSON text); the settled one folds it into the roots
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable, Sequence
 
@@ -41,9 +42,21 @@ class TurnRecord:
     request_id: str
     user_message: bytes  # encoded agent.UserMessage, as the client sent it
     steps: tuple[bytes, ...] = ()  # encoded agent.ConversationStep values, in order
+    # Step index -> its Blob: every checkpoint of a turn references all its steps so far, and a
+    # step can be megabytes (a Read's card); each is hashed once.
+    _step_blobs: dict[int, Blob] = attrs.field(factory=dict, init=False, eq=False, repr=False, hash=False)
 
     def with_step(self, step: bytes) -> TurnRecord:
-        return attrs.evolve(self, steps=(*self.steps, step))
+        turn = attrs.evolve(self, steps=(*self.steps, step))
+        turn._step_blobs.update(self._step_blobs)
+        return turn
+
+    def step_blobs(self) -> list[Blob]:
+        memo = self._step_blobs
+        for i, step in enumerate(self.steps):
+            if i not in memo:
+                memo[i] = Blob.of(step)
+        return [memo[i] for i in range(len(self.steps))]
 
 
 @attrs.frozen
@@ -67,6 +80,7 @@ def root_blob(message: Message) -> Blob:
     return Blob.of(encode_root(message))
 
 
+@functools.lru_cache(maxsize=16)  # one per mode's prompt; rebuilt for every checkpoint otherwise
 def system_root(system_prompt: str) -> Blob:
     return root_blob(Message(role="system", origin="runtime", text=system_prompt))
 
@@ -89,7 +103,7 @@ def build_checkpoint(
     turn_id: bytes | None = None
     if turn is not None:
         user = Blob.of(turn.user_message)
-        steps = [Blob.of(s) for s in turn.steps]
+        steps = turn.step_blobs()
         structure = Blob.of(
             bytes(
                 agent.ConversationTurnStructure(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from byok.model.messages import Message, ReplayState, ToolCall, canonical_json
+from byok.model.messages import SPLICE_MIN, Message, ReplayState, ToolCall, canonical_json, splice_json
 
 
 class RootJsonError(ValueError):
@@ -20,13 +20,21 @@ class RootJsonError(ValueError):
 
 
 def encode_root(message: Message) -> bytes:
+    if len(message.text) < SPLICE_MIN:
+        return canonical_json(_root_obj(message, message.text))
+    # A large text (a Read result) is JSON-escaped once per message: reuse Message.encode()'s.
+    return splice_json(lambda text: _root_obj(message, text), message.text, message.text_json())
+
+
+def _root_obj(message: Message, text: str) -> dict[str, Any]:
+    """The root JSON object of ``message`` with ``text`` in place of its text (see splice_json)."""
     content: Any
     if message.role == "assistant":
         parts: list[dict[str, Any]] = []
         if message.thinking:
             parts.append({"type": "reasoning", "text": message.thinking})
-        if message.text:
-            parts.append({"type": "text", "text": message.text})
+        if text:
+            parts.append({"type": "text", "text": text})
         for c in message.tool_calls:
             parts.append(
                 {"type": "tool-call", "toolCallId": c.call_id, "toolName": c.name, "input": c.arguments}
@@ -38,11 +46,11 @@ def encode_root(message: Message) -> bytes:
                 "type": "tool-result",
                 "toolCallId": message.tool_call_id,
                 "toolName": message.tool_name,
-                "output": {"type": "error-text" if message.is_error else "text", "value": message.text},
+                "output": {"type": "error-text" if message.is_error else "text", "value": text},
             }
         ]
     else:
-        content = message.text
+        content = text
     byok: dict[str, Any] = {"origin": message.origin}
     if message.replay is not None:
         byok["replay"] = {"provider_kind": message.replay.provider_kind, "data": message.replay.data}
@@ -54,7 +62,7 @@ def encode_root(message: Message) -> bytes:
             byok[key] = value
     if message.completion_seq:
         byok["completion_seq"] = message.completion_seq
-    return canonical_json({"role": message.role, "content": content, "providerOptions": {"byok": byok}})
+    return {"role": message.role, "content": content, "providerOptions": {"byok": byok}}
 
 
 def decode_root(data: bytes) -> Message:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Any, Literal
 
 import attrs
@@ -54,8 +55,9 @@ class Message:
     event_id: str = ""
     # Provider model call that produced an assistant message (observability only).
     model_call_id: str = ""
-    # Memo of encode()/id: a message is immutable and large histories re-hash every checkpoint.
-    _memo: dict[str, bytes] = attrs.field(factory=dict, init=False, eq=False, repr=False, hash=False)
+    # Memo of derived encodings (encode(), id, the span of text inside encode()): a message is
+    # immutable, and large histories re-hash every checkpoint.
+    _memo: dict[str, Any] = attrs.field(factory=dict, init=False, eq=False, repr=False, hash=False)
 
     def to_json_obj(self) -> dict[str, Any]:
         obj: dict[str, Any] = {"role": self.role, "origin": self.origin}
@@ -81,10 +83,28 @@ class Message:
         return obj
 
     def encode(self) -> bytes:
-        data = self._memo.get("encoded")
+        data: bytes | None = self._memo.get("encoded")
         if data is None:
-            data = self._memo["encoded"] = canonical_json(self.to_json_obj())
+            data = canonical_json(self.to_json_obj())
+            if len(self.text) >= SPLICE_MIN:
+                # Remember where the escaped text sits, so other JSON encodings of this message
+                # (its checkpoint root) splice it in instead of escaping megabytes again.
+                span = _text_span(lambda text: {**self.to_json_obj(), "text": text}, data)
+                if span is not None:
+                    self._memo["text_span"] = span
+            self._memo["encoded"] = data
         return data
+
+    def text_json(self) -> bytes | memoryview:
+        """UTF-8 of ``json.dumps(self.text, ensure_ascii=False)``; for a large text, a view into
+        encode() (escaped once, and no second copy kept)."""
+        if len(self.text) < SPLICE_MIN:
+            return json_string(self.text)
+        data = self.encode()
+        span = self._memo.get("text_span")
+        if span is None:
+            return json_string(self.text)
+        return memoryview(data)[span[0] : span[1]]
 
     @property
     def id(self) -> bytes:
@@ -92,6 +112,47 @@ class Message:
         if digest is None:
             digest = self._memo["id"] = hashlib.sha256(self.encode()).digest()
         return digest
+
+    def decodes_to_itself(self) -> bool:
+        """True when ``Message.decode(self.encode()) == self``: every field holds exactly its
+        declared type (JSON keeps str, int, bool, tuples of ToolCall; defaults are omitted and
+        come back as defaults). Lets the store return the caller's message instead of decoding
+        what it just encoded (property-tested against decode)."""
+        strs = (
+            self.role,
+            self.origin,
+            self.text,
+            self.thinking,
+            self.tool_call_id,
+            self.tool_name,
+            self.tool_round_id,
+            self.event_id,
+            self.model_call_id,
+        )
+        replay = self.replay
+        return (
+            type(self) is Message
+            and all(type(v) is str for v in strs)
+            and type(self.is_error) is bool
+            and type(self.completion_seq) is int
+            and (
+                replay is None
+                or (
+                    type(replay) is ReplayState
+                    and type(replay.provider_kind) is str
+                    and type(replay.data) is str
+                )
+            )
+            and type(self.tool_calls) is tuple
+            and all(
+                type(c) is ToolCall
+                and type(c.call_id) is str
+                and type(c.name) is str
+                and type(c.arguments) is str
+                and type(c.index) is int
+                for c in self.tool_calls
+            )
+        )
 
     @classmethod
     def decode(cls, data: bytes) -> Message:
@@ -127,3 +188,35 @@ def join_surrogates(text: str) -> str:
 
 def canonical_json(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+# Texts at least this long are JSON-escaped once per message and spliced into each encoding.
+SPLICE_MIN = 16 * 1024
+# Stands in for the large text while the small rest of an object is encoded. Any other
+# occurrence of it in the output makes splice_json fall back to encoding everything.
+_HOLE = "\ue000byok:text\ue001"
+_HOLE_JSON = json.dumps(_HOLE, ensure_ascii=False).encode()
+
+
+def json_string(text: str) -> bytes:
+    return json.dumps(text, ensure_ascii=False).encode()
+
+
+def _text_span(build: Callable[[str], Any], data: bytes) -> tuple[int, int] | None:
+    """Where the JSON of the text sits in ``data == canonical_json(build(text))``: everything
+    around it is what the same object encodes to with the hole in its place."""
+    head, hole, tail = canonical_json(build(_HOLE)).partition(_HOLE_JSON)
+    end = len(data) - len(tail)
+    if not hole or _HOLE_JSON in tail or not (data.startswith(head) and data.endswith(tail)):
+        return None
+    return len(head), end
+
+
+def splice_json(build: Callable[[str], Any], text: str, text_json: bytes | memoryview) -> bytes:
+    """``canonical_json(build(text))`` with ``text_json`` (the JSON of ``text``) spliced in rather
+    than escaped again. ``build`` must place its argument verbatim as one JSON string value and
+    not depend on it otherwise (text is non-empty, so its truthiness matches the hole's)."""
+    head, hole, tail = canonical_json(build(_HOLE)).partition(_HOLE_JSON)
+    if not text or not hole or _HOLE_JSON in tail:
+        return canonical_json(build(text))
+    return b"".join((head, text_json, tail))

@@ -59,3 +59,21 @@ class ModelRequest:
     tools: tuple[ToolSpec, ...]
     history: tuple[HistoryItem, ...]
     settings: ModelSettings
+
+
+@attrs.frozen
+class RenderedRequest:
+    """A provider request body and the prefix meter's view of it, from the same render.
+
+    ``elements`` are the compared elements' JSON texts exactly as they appear in ``body``:
+    ``head`` leading ones that sit beside the message array (Responses ``instructions``,
+    Anthropic ``system``), then the array's (Chat ``messages``, which hold the system message;
+    Responses ``input``; Anthropic ``messages``). ``array`` is the byte span of that array in
+    ``body``. Both are None when the body has no message array.
+    """
+
+    body: bytes = attrs.field(repr=False)
+    model: str
+    elements: tuple[str, ...] | None = attrs.field(default=None, repr=False, eq=False)
+    head: int = 0
+    array: tuple[int, int] | None = None

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import attrs
 
-from byok.model.request import ModelRequest
+from byok.model.request import ModelRequest, RenderedRequest
 from byok.providers import anthropic, openai_chat, openai_responses
 from byok.providers.runner import Endpoint, StreamParser
 
@@ -16,7 +16,8 @@ ANTHROPIC_VERSION = "2023-06-01"
 @attrs.frozen
 class Adapter:
     kind: str  # "openai_chat" | "openai_responses" | "anthropic"
-    build_request: Callable[[ModelRequest], bytes]
+    # The body and the prefix meter's elements from one render; build_request is its body.
+    render: Callable[[ModelRequest], RenderedRequest]
     new_parser: Callable[[], StreamParser]
     path: str  # appended to the configured base URL
     auth: Callable[[str | None], tuple[tuple[str, str], ...]]
@@ -29,6 +30,9 @@ class Adapter:
         if path.startswith("/v1/") and base.endswith("/v1"):
             path = path[len("/v1") :]
         return Endpoint(base + path, self.auth(api_key))
+
+    def build_request(self, req: ModelRequest) -> bytes:
+        return self.render(req).body
 
 
 def _bearer(api_key: str | None) -> tuple[tuple[str, str], ...]:
@@ -43,11 +47,11 @@ def _anthropic_auth(api_key: str | None) -> tuple[tuple[str, str], ...]:
 ADAPTERS: dict[str, Adapter] = {
     a.kind: a
     for a in (
-        Adapter("openai_chat", openai_chat.build_request, openai_chat.ChatStreamParser,
+        Adapter("openai_chat", openai_chat.render_request, openai_chat.ChatStreamParser,
                 "/chat/completions", _bearer),
-        Adapter("openai_responses", openai_responses.build_request, openai_responses.ResponsesStreamParser,
+        Adapter("openai_responses", openai_responses.render_request, openai_responses.ResponsesStreamParser,
                 "/responses", _bearer),
-        Adapter("anthropic", anthropic.build_request, anthropic.AnthropicStreamParser,
+        Adapter("anthropic", anthropic.render_request, anthropic.AnthropicStreamParser,
                 "/v1/messages", _anthropic_auth),
     )
 }  # fmt: skip

@@ -26,8 +26,16 @@ from byok.model.events import (
     UsageReported,
 )
 from byok.model.messages import ReplayState, ToolCall, canonical_json
-from byok.model.request import AssistantTurn, ModelRequest, ToolResultTurn, UserTurn
+from byok.model.request import (
+    AssistantTurn,
+    HistoryItem,
+    ModelRequest,
+    RenderedRequest,
+    ToolResultTurn,
+    UserTurn,
+)
 from byok.model.usage import Usage
+from byok.providers.rendering import SLOT, assemble, cached, dumps
 from byok.providers.replay import saved_list
 from byok.providers.sse import SSEEvent, SSEStreamParser
 
@@ -50,17 +58,71 @@ _FAILING_STOPS = {
 
 
 def build_request(req: ModelRequest) -> bytes:
-    """The request body. Key order is fixed by construction.
+    return render_request(req).body
+
+
+def render_request(req: ModelRequest) -> RenderedRequest:
+    """The request body and its ``system`` + ``messages`` elements. Key order is fixed by
+    construction.
 
     Roles must alternate, so consecutive same-role items become one message: tool results
     that follow an assistant turn form one user message, and a user turn right after them
     is appended to it as a text block. Such a merge rewrites the last message, so the
     ``messages`` prefix property holds whenever the earlier history ends in a complete
     message, as it does in a tool loop (its next item is always the assistant's turn).
+    Each merged group's message text is cached, keyed by the group's items.
     """
     s = req.settings
+    messages: list[str] = []
+    for group in _groups(req.history):
+        messages += cached((PROVIDER_KIND, group), _render, group)
+    body: dict[str, Any] = {
+        "model": s.upstream_model,
+        "max_tokens": s.max_output_tokens if s.max_output_tokens is not None else DEFAULT_MAX_TOKENS,
+        "stream": True,
+    }
+    if req.system:
+        body["system"] = req.system
+    body["messages"] = SLOT
+    if req.tools:
+        body["tools"] = [
+            {"name": t.name, "description": t.description, "input_schema": json.loads(t.parameters_json)}
+            for t in req.tools
+        ]
+    # Last, so per-provider configuration can add (or deliberately override) anything.
+    for key, value in s.extra_body:
+        body[key] = value
+    return assemble(body, "messages", messages, (key for key, _ in s.extra_body))
+
+
+def _groups(history: tuple[HistoryItem, ...]) -> list[tuple[HistoryItem, ...]]:
+    """The history cut into the items of each message: runs of the same role. An assistant
+    turn with no blocks belongs to no message (the API rejects an empty one), so the roles
+    around it merge."""
+    groups: list[tuple[HistoryItem, ...]] = []
+    run: list[HistoryItem] = []
+    role = ""
+    for item in history:
+        if isinstance(item, AssistantTurn):
+            # Text or calls always give blocks; only a bare turn needs its replay looked at.
+            if not item.text and not item.tool_calls and not _assistant_blocks(item):
+                continue
+            item_role = "assistant"
+        else:
+            item_role = "user"
+        if item_role != role and run:
+            groups.append(tuple(run))
+            run = []
+        role = item_role
+        run.append(item)
+    if run:
+        groups.append(tuple(run))
+    return groups
+
+
+def _render(group: tuple[HistoryItem, ...]) -> tuple[str]:
     messages: list[dict[str, Any]] = []
-    for item in req.history:
+    for item in group:
         if isinstance(item, UserTurn):
             _append(messages, "user", [{"type": "text", "text": item.text}])
         elif isinstance(item, ToolResultTurn):
@@ -73,28 +135,11 @@ def build_request(req: ModelRequest) -> bytes:
                 block["is_error"] = True
             _append(messages, "user", [block])
         elif isinstance(item, AssistantTurn):
-            blocks = _assistant_blocks(item)
-            if blocks:  # the API rejects an empty assistant message; roles merge around it
-                _append(messages, "assistant", blocks)
+            _append(messages, "assistant", _assistant_blocks(item))
         else:  # pragma: no cover - HistoryItem is closed
             raise TypeError(f"unknown history item {item!r}")
-    body: dict[str, Any] = {
-        "model": s.upstream_model,
-        "max_tokens": s.max_output_tokens if s.max_output_tokens is not None else DEFAULT_MAX_TOKENS,
-        "stream": True,
-    }
-    if req.system:
-        body["system"] = req.system
-    body["messages"] = messages
-    if req.tools:
-        body["tools"] = [
-            {"name": t.name, "description": t.description, "input_schema": json.loads(t.parameters_json)}
-            for t in req.tools
-        ]
-    # Last, so per-provider configuration can add (or deliberately override) anything.
-    for key, value in s.extra_body:
-        body[key] = value
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    (message,) = messages  # one role, so one message
+    return (dumps(message),)
 
 
 def _append(messages: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -> None:

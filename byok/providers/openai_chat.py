@@ -7,7 +7,6 @@ the finish chunk, and errors may arrive inside a 200 stream.
 
 from __future__ import annotations
 
-import functools
 import json
 from typing import Any
 
@@ -27,11 +26,20 @@ from byok.model.events import (
     UsageReported,
 )
 from byok.model.messages import ReplayState, canonical_json
-from byok.model.request import AssistantTurn, HistoryItem, ModelRequest, ToolResultTurn, UserTurn
+from byok.model.request import (
+    AssistantTurn,
+    HistoryItem,
+    ModelRequest,
+    RenderedRequest,
+    ToolResultTurn,
+    UserTurn,
+)
 from byok.model.usage import Usage
 from byok.providers.http_errors import error_message as _error_message
 from byok.providers.http_errors import http_error as http_error  # re-exported for callers of this module
 from byok.providers.http_errors import retryable_status as _retryable_status
+from byok.providers.rendering import FRAGMENTS as FRAGMENTS  # the shared cache, re-exported
+from byok.providers.rendering import SLOT, assemble, cached, dumps
 from byok.providers.sse import SSEEvent, SSEStreamParser
 
 PROVIDER_KIND = "openai_chat"
@@ -40,19 +48,26 @@ PROVIDER_KIND = "openai_chat"
 
 
 def build_request(req: ModelRequest) -> bytes:
-    """The request body. Key order is fixed by construction (never sorted) so identical
-    requests give identical bytes and a longer history only appends to ``messages``."""
+    return render_request(req).body
+
+
+def render_request(req: ModelRequest) -> RenderedRequest:
+    """The request body and its ``messages`` elements. Key order is fixed by construction
+    (never sorted) so identical requests give identical bytes and a longer history only
+    appends to ``messages``."""
     s = req.settings
-    fragments: list[str] = []
+    elements: list[str] = []
     if req.system:
-        fragments.append(_dumps({"role": "system", "content": req.system}))
+        system = {"role": "system", "content": req.system}
+        elements += cached((PROVIDER_KIND, "system", req.system), _render, system, False)
     flag = s.replay_reasoning_on_tool_turns
-    fragments += [_fragment(item, flag) for item in req.history]
+    for item in req.history:
+        elements += cached((PROVIDER_KIND, item, flag), _render, item, flag)
     body: dict[str, Any] = {
         "model": s.upstream_model,
         "stream": True,
         "stream_options": {"include_usage": True},
-        "messages": _MESSAGES_SLOT,
+        "messages": SLOT,
     }
     if req.tools:
         body["tools"] = [
@@ -71,31 +86,23 @@ def build_request(req: ModelRequest) -> bytes:
     # Last, so per-provider configuration can add (or deliberately override) anything.
     for key, value in s.extra_body:
         body[key] = value
-    text = _dumps(body)
-    if body.get("messages") is _MESSAGES_SLOT:
-        # Each history item's JSON is cached: a long conversation re-serialises only what is new.
-        text = text.replace(_MESSAGES_SLOT_JSON, "[" + ",".join(fragments) + "]", 1)
-    return text.encode()
+    return assemble(body, "messages", elements, (key for key, _ in s.extra_body))
 
 
-# A placeholder no real value can equal, swapped for the joined message fragments.
-_MESSAGES_SLOT = "\u0000byok-messages-slot\u0000"
-_MESSAGES_SLOT_JSON = json.dumps(_MESSAGES_SLOT)
+def _render(item: HistoryItem | dict[str, Any], replay_on_tool_turns: bool) -> tuple[str]:
+    return (dumps(_message(item, replay_on_tool_turns)),)
 
 
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
-
-
-@functools.lru_cache(maxsize=32768)
-def _fragment(item: HistoryItem, replay_on_tool_turns: bool) -> str:
+def _message(item: HistoryItem | dict[str, Any], replay_on_tool_turns: bool) -> dict[str, Any]:
+    if isinstance(item, dict):
+        return item  # the system message
     if isinstance(item, UserTurn):
-        return _dumps({"role": "user", "content": item.text})
+        return {"role": "user", "content": item.text}
     if isinstance(item, AssistantTurn):
-        return _dumps(_assistant_message(item, replay_on_tool_turns))
+        return _assistant_message(item, replay_on_tool_turns)
     if isinstance(item, ToolResultTurn):
         # Chat has no is_error flag; the content itself says what went wrong.
-        return _dumps({"role": "tool", "tool_call_id": item.call_id, "content": item.content})
+        return {"role": "tool", "tool_call_id": item.call_id, "content": item.content}
     raise TypeError(f"unknown history item {item!r}")  # pragma: no cover - HistoryItem is closed
 
 

@@ -27,8 +27,16 @@ from byok.model.events import (
     UsageReported,
 )
 from byok.model.messages import ReplayState, ToolCall, canonical_json
-from byok.model.request import AssistantTurn, ModelRequest, ToolResultTurn, UserTurn
+from byok.model.request import (
+    AssistantTurn,
+    HistoryItem,
+    ModelRequest,
+    RenderedRequest,
+    ToolResultTurn,
+    UserTurn,
+)
 from byok.model.usage import Usage
+from byok.providers.rendering import SLOT, assemble, cached, dumps
 from byok.providers.replay import saved_list
 from byok.providers.sse import SSEEvent, SSEStreamParser
 
@@ -41,20 +49,17 @@ _RETRYABLE_CODES = frozenset({"server_error", "rate_limit_exceeded", "server_is_
 
 
 def build_request(req: ModelRequest) -> bytes:
-    """The request body. Key order is fixed by construction and each history item serializes
-    on its own, so a longer history only appends to ``input``."""
+    return render_request(req).body
+
+
+def render_request(req: ModelRequest) -> RenderedRequest:
+    """The request body and its ``instructions`` + ``input`` elements. Key order is fixed by
+    construction and each history item serializes on its own (cached), so a longer history
+    only appends to ``input``."""
     s = req.settings
-    items: list[dict[str, Any]] = []
+    items: list[str] = []
     for item in req.history:
-        if isinstance(item, UserTurn):
-            items.append({"role": "user", "content": item.text})
-        elif isinstance(item, AssistantTurn):
-            items.extend(_assistant_items(item))
-        elif isinstance(item, ToolResultTurn):
-            # No is_error flag in this API; the output text itself says what went wrong.
-            items.append({"type": "function_call_output", "call_id": item.call_id, "output": item.content})
-        else:  # pragma: no cover - HistoryItem is closed
-            raise TypeError(f"unknown history item {item!r}")
+        items += cached((PROVIDER_KIND, item), _render, item)
     body: dict[str, Any] = {
         "model": s.upstream_model,
         "stream": True,
@@ -64,7 +69,7 @@ def build_request(req: ModelRequest) -> bytes:
     }
     if req.system:
         body["instructions"] = req.system
-    body["input"] = items
+    body["input"] = SLOT
     if req.tools:
         body["tools"] = [
             {
@@ -82,7 +87,19 @@ def build_request(req: ModelRequest) -> bytes:
     # Last, so per-provider configuration can add (or deliberately override) anything.
     for key, value in s.extra_body:
         body[key] = value
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    return assemble(body, "input", items, (key for key, _ in s.extra_body))
+
+
+def _render(item: HistoryItem) -> list[str]:
+    """The ``input`` items of one history item (an assistant turn may give several, or none)."""
+    if isinstance(item, UserTurn):
+        return [dumps({"role": "user", "content": item.text})]
+    if isinstance(item, AssistantTurn):
+        return [dumps(i) for i in _assistant_items(item)]
+    if isinstance(item, ToolResultTurn):
+        # No is_error flag in this API; the output text itself says what went wrong.
+        return [dumps({"type": "function_call_output", "call_id": item.call_id, "output": item.content})]
+    raise TypeError(f"unknown history item {item!r}")  # pragma: no cover - HistoryItem is closed
 
 
 def _assistant_items(turn: AssistantTurn) -> list[dict[str, Any]]:

@@ -1,17 +1,19 @@
 """Provider-call records, written off the run's path in batches, and the prefix meter.
 
 A run hands each finished provider call to ``CallLog.submit`` (never blocks, never touches
-SQLite); one writer task owned by the daemon writes everything queued in one transaction per
-batch. The writer also fills in the prefix meter: does this call's message list extend the
-previous call's (same conversation) message for message? Each message is compared as the
-canonical JSON of one element of the request's message array (Chat: ``messages``; Responses:
+SQLite); one writer task owned by the daemon finalizes everything queued on a worker thread of
+its own, then writes it in one transaction per batch (the store's one worker does only the
+INSERT). The writer also fills in the prefix meter: does this call's message list extend the
+previous call's (same conversation) message for message? Messages are compared as serialized
+bytes: each element of the request's message array (Chat: ``messages``; Responses:
 ``instructions`` as element 0, then ``input``; Anthropic: ``system`` as element 0, then
-``messages``), so a changed system prompt counts as a broken prefix. The previous call's
-per-message hashes live in a bounded LRU keyed by conversation; a conversation not in it (after a
-restart or eviction) is compared with its last recorded call in SQLite.
-
-The hashes are taken from the request body as stored (redacted), in memory and from SQLite alike,
-so the answer does not change with a restart.
+``messages``) is hashed as its JSON text exactly as sent, so a changed system prompt counts as
+a broken prefix. The adapters hand over those texts with the body (``RenderedRequest``), and
+each text's hash is memoised, so a call costs what its new messages cost, not the whole body.
+The previous call's per-message hashes live in a bounded LRU keyed by conversation; a
+conversation not in it (after a restart or eviction) is compared with its last recorded call in
+SQLite, whose stored body gives the same hashes (each element's exact span). A stored body
+that was redacted no longer holds what was sent: the call after it is not compared (None).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -29,8 +33,9 @@ import trio
 
 from byok.loop.model_call import ModelProtocolError
 from byok.model.events import ProviderError
-from byok.model.messages import canonical_json
 from byok.model.usage import Usage
+from byok.providers.fragment_cache import SizedLru
+from byok.providers.rendering import split_body
 from byok.store import AsyncStore, LlmCallRecord, SQLiteStore, StoreError
 
 log = logging.getLogger("byok.call_log")
@@ -79,10 +84,34 @@ def redact_body(body: bytes) -> bytes | None:
         obj = json.loads(body)
     except ValueError:
         return None
+    return _redacted(body, obj)
+
+
+def _redacted(body: bytes, obj: Any) -> bytes:
+    if not _may_hold_secret(body):
+        return body  # no key can match: skip walking a 5,000-message request
     redacted, changed = _redact(obj)
     if not changed:
         return body
     return json.dumps(redacted, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+# What a key _secret_key accepts looks like in JSON text: ending in api_key / api-key /
+# authorization or being apikey, then its closing quote and a colon (inside a string a quote is
+# escaped, so text that merely mentions api_key does not match). IGNORECASE also folds the
+# Kelvin sign that str.lower() turns into "k". A key could also be spelled with \u escapes: any
+# escape but a control character's (the only ones ensure_ascii=False writes) may be one.
+_MAY_BE_SECRET = re.compile(
+    r'(?:api[_-]?key|authorization)"\s*:|(?<!\\)(?:\\\\)*\\u(?!00[01])', re.IGNORECASE
+)
+
+
+def _may_hold_secret_text(text: str) -> bool:
+    return _MAY_BE_SECRET.search(text) is not None
+
+
+def _may_hold_secret(body: bytes) -> bool:
+    return _may_hold_secret_text(body.decode("utf-8", "replace"))
 
 
 def request_messages(obj: Any) -> list[Any] | None:
@@ -98,17 +127,46 @@ def request_messages(obj: Any) -> list[Any] | None:
     return None
 
 
+# Element text -> (SHA-256 of its UTF-8 bytes, whether it may hold a secret key). Keyed by the
+# adapters' cached texts, so a long conversation hashes only its new messages. Finalize threads
+# of several CallLogs may share it.
+ELEMENT_DIGESTS: SizedLru[tuple[bytes, bool]] = SizedLru(24 * 2**20)
+_DIGESTS_LOCK = threading.Lock()
+
+
+def element_digests(elements: Sequence[str]) -> tuple[tuple[bytes, ...], bool]:
+    """Each element's SHA-256 (of its JSON bytes as sent), and whether any may hold a secret."""
+    out: list[bytes] = []
+    secret = False
+    with _DIGESTS_LOCK:
+        for text in elements:
+            hit = ELEMENT_DIGESTS.get(text)
+            if hit is None:
+                hit = (hashlib.sha256(text.encode()).digest(), _may_hold_secret_text(text))
+                ELEMENT_DIGESTS.put(text, hit, len(text) + 150)
+            out.append(hit[0])
+            secret = secret or hit[1]
+    return tuple(out), secret
+
+
 def message_hashes(body: bytes | None) -> tuple[bytes, ...] | None:
-    """SHA-256 of each compared element's canonical JSON; None when unknown."""
-    if body is None:
+    """SHA-256 of each compared element's JSON text as it appears in ``body``; None when
+    unknown (no body, not JSON, no message array)."""
+    split = None if body is None else split_body(body)
+    if split is None or split.elements is None:
         return None
-    try:
-        messages = request_messages(json.loads(body))
-    except ValueError:
+    return element_digests(split.elements)[0]
+
+
+_REDACTED_JSON = b'"' + REDACTED.encode() + b'"'
+
+
+def stored_message_hashes(body: bytes | None) -> tuple[bytes, ...] | None:
+    """message_hashes of a stored request body; None (unknown) when it was redacted, since its
+    elements may then differ from what was sent, which is what the meter compares."""
+    if body is None or _REDACTED_JSON in body:
         return None
-    if messages is None:
-        return None
-    return tuple(hashlib.sha256(canonical_json(m)).digest() for m in messages)
+    return message_hashes(body)
 
 
 def compare_prefix(
@@ -168,21 +226,40 @@ def error_kind(exc: BaseException | None, http_status: int | None = None) -> str
 def finalize_request(rec: LlmCallRecord) -> LlmCallRecord:
     """Fill in what is derived from the raw request body (off the event loop): the model name,
     the hashes of what was really sent, and the redacted body that is stored."""
+    return finalize_and_hash(rec)[0]
+
+
+def finalize_and_hash(rec: LlmCallRecord) -> tuple[LlmCallRecord, tuple[bytes, ...] | None]:
+    """finalize_request and the prefix meter's hashes of what was sent. With the render the body
+    came from, nothing is parsed: the elements' hashes are memoised, the two whole-body hashes
+    run without the GIL, and only a body that may hold a secret key is parsed for redaction.
+    Without one (a body from elsewhere) the body is walked once for its elements."""
     if rec.request_sha256 or rec.request_body is None:
-        return rec
+        return attrs.evolve(rec, rendered=None), message_hashes(rec.request_body)
     body = rec.request_body
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        parsed = {}
-    messages = parsed.get("messages", parsed.get("input", [])) if isinstance(parsed, dict) else []
-    return attrs.evolve(
+    shape = rec.rendered
+    if shape is None or shape.body is not body:
+        shape = split_body(body)
+    hashes: tuple[bytes, ...] | None = None
+    secret = True
+    messages_sha256 = hashlib.sha256(b"[]")  # no message array
+    if shape is not None and shape.elements is not None and shape.array is not None:
+        hashes, secret = element_digests(shape.elements)
+        start, end = shape.array
+        view = memoryview(body)
+        if not secret:  # the elements are checked; the rest of the body is small
+            secret = _may_hold_secret(bytes(view[:start]) + bytes(view[end:]))
+        messages_sha256 = hashlib.sha256(view[start:end])
+    stored = redact_body(body) if secret else body
+    rec = attrs.evolve(
         rec,
-        model=str(parsed.get("model", "")) if isinstance(parsed, dict) else "",
-        request_body=redact_body(body),
+        model=rec.model or (shape.model if shape is not None else ""),
+        request_body=stored,
         request_sha256=hashlib.sha256(body).hexdigest(),
-        messages_sha256=hashlib.sha256(canonical_json(messages)).hexdigest(),
+        messages_sha256=messages_sha256.hexdigest(),
+        rendered=None,
     )
+    return rec, hashes
 
 
 class CallLog:
@@ -281,10 +358,16 @@ class CallLog:
             batch, self._carry = self._carry + self._take_queued(), []
             if not batch:
                 return
+            remember: list[tuple[str, tuple[bytes, ...] | None]] | None = None
             try:
-                await self.store.call(self._write_batch, batch)
+                stored = await self._stored_previous(batch)
+                # The hashing (and, rarely, a parse) on a thread of its own: the store's one
+                # worker, which every conversation's next store call waits for, only inserts.
+                records, remember = await trio.to_thread.run_sync(self._finalize_batch, batch, stored)
+                await self.store.call(SQLiteStore.record_llm_calls, records)
             except trio.Cancelled:
-                # Only raised before the job ran: a started store call is never abandoned.
+                # Only raised before the insert ran (a started thread job is never abandoned):
+                # nothing is written or remembered, and the batch goes again.
                 self._carry = batch + self._carry
                 raise
             except Exception:
@@ -292,39 +375,41 @@ class CallLog:
                 log.exception("call log: could not write %d call records", len(batch))
             else:
                 self.batches += 1
+            for conversation_id, hashes in remember or ():
+                self._remember(conversation_id, hashes)
             self._processed += len(batch)
             self._wake()
 
-    def _write_batch(self, store: SQLiteStore, batch: list[LlmCallRecord]) -> None:
-        """Worker thread: fill in the prefix meter, then one transaction for the whole batch."""
+    async def _stored_previous(self, batch: list[LlmCallRecord]) -> dict[str, bytes | None]:
+        """The last recorded request body of each conversation of ``batch`` whose previous
+        call's hashes are not in memory (after a restart or eviction). Bodies only: walking
+        them is the finalize thread's job."""
+        missing = {r.conversation_id for r in batch if r.conversation_id not in self._previous}
+        if not missing:
+            return {}
+        return await self.store.call(_last_bodies, sorted(missing))
+
+    def _finalize_batch(
+        self, batch: list[LlmCallRecord], stored: dict[str, bytes | None]
+    ) -> tuple[list[LlmCallRecord], list[tuple[str, tuple[bytes, ...] | None]]]:
+        """Finalize thread: each record's derived fields and prefix meter, and the hashes to
+        remember once written. Reads ``_previous`` only: the writer's lock keeps it still."""
         records = []
         # This batch's own earlier calls are not in SQLite yet, and the LRU may have evicted them.
         in_batch: dict[str, tuple[bytes, ...] | None] = {}
         for rec in batch:
-            rec = finalize_request(rec)
+            rec, current = finalize_and_hash(rec)
             conversation_id = rec.conversation_id
             if conversation_id in in_batch:
                 previous = in_batch[conversation_id]
+            elif conversation_id in self._previous:
+                previous = self._previous[conversation_id]
             else:
-                previous = self._previous_hashes(store, conversation_id)
-            current = message_hashes(rec.request_body)
+                previous = stored_message_hashes(stored.get(conversation_id))
             extends, common = compare_prefix(previous, current)
             records.append(attrs.evolve(rec, prefix_extends=extends, common_prefix_messages=common))
             in_batch[conversation_id] = current
-            self._remember(conversation_id, current)
-        store.record_llm_calls(records)
-
-    def _previous_hashes(self, store: SQLiteStore, conversation_id: str) -> tuple[bytes, ...] | None:
-        hashes = self._previous.get(conversation_id)
-        if hashes is not None:
-            self._previous.move_to_end(conversation_id)
-            return hashes
-        try:
-            last = store.last_llm_call(conversation_id)
-        except StoreError:
-            log.exception("call log: cannot read the last call of %s", conversation_id)
-            return None
-        return None if last is None else message_hashes(last.request_body)
+        return records, list(in_batch.items())
 
     def _remember(self, conversation_id: str, hashes: tuple[bytes, ...] | None) -> None:
         if hashes is None:
@@ -335,3 +420,16 @@ class CallLog:
         self._previous.move_to_end(conversation_id)
         while len(self._previous) > self._max_conversations:
             self._previous.popitem(last=False)
+
+
+def _last_bodies(store: SQLiteStore, conversation_ids: list[str]) -> dict[str, bytes | None]:
+    """Store worker: the request body of each conversation's last recorded call."""
+    out: dict[str, bytes | None] = {}
+    for conversation_id in conversation_ids:
+        try:
+            last = store.last_llm_call(conversation_id)
+        except StoreError:
+            log.exception("call log: cannot read the last call of %s", conversation_id)
+            last = None
+        out[conversation_id] = None if last is None else last.request_body
+    return out

@@ -22,7 +22,7 @@ from byok.http.connect_envelope import ConnectError, provider_error_details
 from byok.loop import emits as em
 from byok.loop.model_call import ModelCall, ModelCallResult, ModelProtocolError
 from byok.model import events as ev
-from byok.model.request import ModelRequest
+from byok.model.request import ModelRequest, RenderedRequest
 from byok.model.usage import Usage
 from byok.providers.adapters import Adapter
 from byok.providers.retry import stream_with_retries
@@ -61,7 +61,8 @@ class CallContext:
 async def call_model(ctx: CallContext, request: ModelRequest) -> ModelCallResult:
     decided_at = trio.current_time()  # queue time runs from here to the request going out
     decided_ms = ctx.wall_ms()
-    body = ctx.adapter.build_request(request)
+    rendered = ctx.adapter.render(request)
+    body = rendered.body
     endpoint = ctx.adapter.endpoint(ctx.base_url, ctx.api_key)
     call = ModelCall(model_call_id=str(uuid.uuid4()))
     streams: dict[str, ArgsStream] = {}
@@ -133,7 +134,7 @@ async def call_model(ctx: CallContext, request: ModelRequest) -> ModelCallResult
         try:
             usage = call.result().usage if exc is None else None
             ctx.call_log.submit(
-                _call_record(ctx, body, decided_ms, decided_at, trace, exc, failure, usage, capture)
+                _call_record(ctx, rendered, decided_ms, decided_at, trace, exc, failure, usage, capture)
             )
         except Exception:
             log.exception("could not record a provider call of request %s", ctx.request_id)
@@ -150,7 +151,7 @@ class _Attempts:
 
 def _call_record(
     ctx: CallContext,
-    body: bytes,
+    rendered: RenderedRequest,
     decided_ms: int,
     decided_at: float,
     trace: _Attempts,
@@ -178,14 +179,14 @@ def _call_record(
         message = failure.message if failure is not None else f"{type(exc).__name__}: {exc}"
     else:
         status, message = "ok", None
-    # The body's JSON work (model name, redaction, hashes) is done by the call log's writer
-    # on the store thread: parsing a 5,000-message request here would stall every stream.
+    # The hashes and redaction check are left to the call log's writer (off the event loop and
+    # off the store's worker); the render's elements spare it parsing the body.
     return LlmCallRecord(
         request_id=ctx.request_id,
         conversation_id=ctx.conversation_id,
         provider_id=ctx.provider_id,
-        model="",
-        request_body=body,
+        model=rendered.model,
+        request_body=rendered.body,
         request_sha256="",
         messages_sha256="",
         status=status,  # type: ignore[arg-type]
@@ -203,4 +204,5 @@ def _call_record(
         error_kind=error_kind(exc, stats.status),
         cache_hit_share=cache_hit_share(usage),
         response_capture=None if capture is None else bytes(capture),
+        rendered=rendered,
     )

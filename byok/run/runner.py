@@ -38,7 +38,6 @@ from byok.cursor.checkpoint import (
     TurnRecord,
     assistant_step,
     build_checkpoint,
-    root_blob,
     thinking_step,
 )
 from byok.cursor.prompting import ModeAssets, build_runtime_message, mode_name, request_context_sections
@@ -435,6 +434,7 @@ class Run:
         staged = self._checkpoint(head.messages[:-1], [head.messages[-1]], turn)
         settled = self._checkpoint(head.messages, [], turn)
         await self._put_blobs([*staged.blobs, *settled.blobs])
+        self.memory.drop_acked_roots()  # an idle conversation keeps root ids, not their bytes
         assert settled.turn_id is not None
         await self.deps.store.save_turns(
             self.start.conversation_id, head.revision_id, (*self.prior_turns, settled.turn_id)
@@ -462,7 +462,8 @@ class Run:
             turn=turn,
             token_details=self.details,
             mode=self.start.mode,
-            root_of=self._root_of,
+            # A pending message travels inline (its root JSON), so its data is always needed.
+            root_of=lambda m: self._root_of(m, with_data=any(m is p for p in pending)),
         )
 
     async def _put_blobs(self, blobs: list[Blob] | tuple[Blob, ...]) -> None:
@@ -471,12 +472,8 @@ class Run:
         except KvFailure as e:
             raise RunFailed(ConnectError("internal", f"checkpoint not published: {e}")) from None
 
-    def _root_of(self, message: Message) -> Blob:
-        key = message.id
-        blob = self.memory.roots.get(key)
-        if blob is None:
-            blob = self.memory.roots[key] = root_blob(message)
-        return blob
+    def _root_of(self, message: Message, *, with_data: bool = False) -> Blob:
+        return self.memory.root_of(message, with_data=with_data)
 
     def _token_details(self, last: Usage) -> agent.ConversationTokenDetails:
         used = last.input_tokens + last.output_tokens

@@ -18,7 +18,7 @@ import attrs
 import betterproto2
 import trio
 
-from byok.cursor import tool_frames
+from byok.cursor import encode, tool_frames
 from byok.cursor.tools.base import (
     Action,
     Execution,
@@ -198,9 +198,18 @@ class ToolRound:
                 )
             )
             if call.name in self.registry:
-                self.send(tool_frames.completed(call_id, outcome.ui, self.model_call_id))
+                self.send(encode.tool_call_completed(call_id, outcome.ui_bytes(), self.model_call_id))
+                await _let_writer_run()
             completions.append(Completion(call, outcome))
         return completions
+
+
+async def _let_writer_run() -> None:
+    """Let the stream writer start on the frame just queued (a Read's card can be megabytes, and the
+    client parses it meanwhile) before this task goes on hashing the settled checkpoint. Trio runs a
+    batch of ready tasks in either order, so it takes two passes to be sure the writer had its turn."""
+    await trio.lowlevel.checkpoint()
+    await trio.lowlevel.checkpoint()
 
 
 def _error_outcome(text: str) -> ToolOutcome:

@@ -7,6 +7,7 @@ from typing import Literal
 import attrs
 
 from byok.model.messages import Message
+from byok.model.request import RenderedRequest
 from byok.model.usage import Usage
 
 RunStatus = Literal["running", "success", "error", "canceled"]
@@ -77,6 +78,9 @@ class LlmCallRecord:
     common_prefix_messages: int | None = None
     cache_hit_share: float | None = None
     response_capture: bytes | None = attrs.field(default=None, repr=False)
+    # Not stored: the render ``request_body`` came from, so the call log hashes the meter's
+    # elements without parsing the body. Dropped once the record is finalized.
+    rendered: RenderedRequest | None = attrs.field(default=None, repr=False, eq=False)
     # Assigned by the store; None on a record that has not been written yet.
     id: int | None = None
 

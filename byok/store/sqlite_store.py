@@ -10,12 +10,13 @@ Not thread-safe by itself: AsyncStore serializes all calls through one worker at
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+
+import attrs
 
 from byok.model.messages import Message
 from byok.model.usage import Usage
@@ -28,30 +29,60 @@ from byok.store.records import BlobEdge, Head, LlmCallRecord, RunRecord, RunStat
 DB_FILENAME = "byok.sqlite3"
 
 # Walk the parent chain from one revision to the root, then read every appended message in
-# absolute order. One statement, served by the revisions rowid and revision_messages' primary key.
+# absolute order. A revision's parent is always an older row (a smaller AUTOINCREMENT id), so
+# ordering by (revision_id, ordinal) is ordinal order and follows revision_messages' primary key:
+# no temporary B-tree sorting 5,000 rows of message data (21 ms -> 8 ms at 5,000 messages).
 _HISTORY_SQL = """
 WITH RECURSIVE chain(id) AS (
     SELECT ?
     UNION ALL
     SELECT r.parent_id FROM revisions AS r JOIN chain ON r.id = chain.id WHERE r.parent_id IS NOT NULL
 )
-SELECT rm.ordinal, m.data
-FROM chain
-JOIN revision_messages AS rm ON rm.revision_id = chain.id
+SELECT rm.ordinal, m.id, m.data
+FROM revision_messages AS rm
 JOIN messages AS m ON m.id = rm.message_id
-ORDER BY rm.ordinal
+WHERE rm.revision_id IN chain
+ORDER BY rm.revision_id, rm.ordinal
 """
 
-# Decoded histories of recently used revisions. Sound because a committed revision id names one
-# history forever (AUTOINCREMENT, no updates), and only committed revisions are cached.
-_CACHE_REVISIONS = 64
+# Decoded histories are cached per revision, sound because a committed revision id names one
+# history forever (AUTOINCREMENT, no updates) and only committed revisions are cached. The cache
+# is bounded by the size of the message data it holds, across all conversations; only each
+# conversation's most recent revision is kept (a run reads and appends at its head, and the
+# revisions of one chain share their Message objects anyway).
+DEFAULT_CACHE_BYTES = 32 * 2**20
+
+
+def message_size(message: Message) -> int:
+    """Approximate bytes a decoded message holds (its strings plus object overhead): what the
+    history cache budget counts."""
+    size = 400 + len(message.text) + len(message.thinking)
+    if message.replay is not None:
+        size += len(message.replay.data)
+    for call in message.tool_calls:
+        size += 200 + len(call.arguments)
+    encoded = message._memo.get("encoded")  # a message appended by this process keeps its bytes
+    if encoded is not None:
+        size += len(encoded)
+    return size
+
+
+@attrs.frozen
+class _Cached:
+    conversation_id: str | None  # None: read by revision alone (messages_at)
+    messages: tuple[Message, ...]
+    size: int
 
 
 class SQLiteStore:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self.path = path
         self._conn: sqlite3.Connection | None = schema.connect(path)
-        self._cache: OrderedDict[int, tuple[Message, ...]] = OrderedDict()
+        # revision id -> its decoded history, least recently used first.
+        self._cache: OrderedDict[int, _Cached] = OrderedDict()
+        self._cache_by_conversation: dict[str, int] = {}
+        self._cache_size = 0
+        self.cache_bytes = cache_bytes
 
     @classmethod
     def open_in(cls, data_dir: Path) -> SQLiteStore:
@@ -65,7 +96,7 @@ class SQLiteStore:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
-        self._cache.clear()
+        self.forget_cached()
 
     def __enter__(self) -> SQLiteStore:
         return self
@@ -109,8 +140,18 @@ class SQLiteStore:
     def messages_at(self, revision_id: int) -> tuple[Message, ...]:
         with self._transaction(write=False) as conn:
             messages = self._messages(conn, revision_id)
-        self._remember_revision(revision_id, messages)
+        self._remember_revision(revision_id, messages, None)
         return messages
+
+    def forget_cached(self) -> None:
+        """Drop every decoded history (the next read decodes from SQLite again)."""
+        self._cache.clear()
+        self._cache_by_conversation.clear()
+        self._cache_size = 0
+
+    @property
+    def cached_bytes(self) -> int:
+        return self._cache_size
 
     def append(
         self,
@@ -135,7 +176,7 @@ class SQLiteStore:
         if not messages:
             raise ValueError("append needs at least one message")
         encoded = [message.encode() for message in messages]
-        ids = [hashlib.sha256(data).digest() for data in encoded]
+        ids = [message.id for message in messages]  # SHA-256 of encoded, memoised on the message
         with self._transaction(write=True) as conn:
             if start_run is not None:
                 _runs.start_run(conn, start_run[0], conversation_id, start_run[1], now_ms)
@@ -172,9 +213,14 @@ class SQLiteStore:
                         " (conversation_id, input_id, revision_id, created_at_ms) VALUES (?, ?, ?, ?)",
                         (conversation_id, input_id, parent, now_ms),
                     )
-                # Decode what was stored, not the caller's objects, so the result equals a reload.
+                # The result must equal a reload: keep the caller's message (its encodings stay
+                # memoised) when decoding what was stored gives it back field for field, which
+                # decodes_to_itself guarantees; decode it otherwise.
                 before = self._messages(conn, parent)
-                after = before + tuple(Message.decode(data) for data in encoded)
+                after = before + tuple(
+                    m if m.decodes_to_itself() else Message.decode(data)
+                    for m, data in zip(messages, encoded, strict=True)
+                )
                 head = Head(conversation_id, revision_id, expected_version + 1, after)
         self._remember(head)
         return head
@@ -303,25 +349,56 @@ class SQLiteStore:
         cached = self._cache.get(revision_id)
         if cached is not None:
             self._cache.move_to_end(revision_id)
-            return cached
+            return cached.messages
         count = self._message_count(conn, revision_id)
         rows = conn.execute(_HISTORY_SQL, (revision_id,)).fetchall()
         # Transactions make a gap impossible; checking is cheap and turns corruption into an error
         # instead of a silently shortened history sent to a provider.
-        if len(rows) != count or any(ordinal != i for i, (ordinal, _) in enumerate(rows)):
+        if len(rows) != count or any(row[0] != i for i, row in enumerate(rows)):
             raise StoreError(f"revision {revision_id} is corrupt: expected {count} messages in order")
-        return tuple(Message.decode(data) for _, data in rows)
+        return tuple(_decode(message_id, data) for _, message_id, data in rows)
 
     def _remember(self, head: Head) -> None:
         if head.revision_id is not None:
-            self._remember_revision(head.revision_id, head.messages)
+            self._remember_revision(head.revision_id, head.messages, head.conversation_id)
 
-    def _remember_revision(self, revision_id: int, messages: tuple[Message, ...]) -> None:
+    def _remember_revision(
+        self, revision_id: int, messages: tuple[Message, ...], conversation_id: str | None
+    ) -> None:
         # Called only after COMMIT: a rolled-back revision id may be handed out again.
-        self._cache[revision_id] = messages
-        self._cache.move_to_end(revision_id)
-        while len(self._cache) > _CACHE_REVISIONS:
-            self._cache.popitem(last=False)
+        cached = self._cache.get(revision_id)
+        if cached is not None:
+            self._cache.move_to_end(revision_id)
+            return
+        size = 0
+        if conversation_id is not None:
+            older = self._cache_by_conversation.get(conversation_id)
+            if older is not None:
+                prev = self._drop(older)
+                if prev is not None and 0 < len(prev.messages) <= len(messages):
+                    k = len(prev.messages)
+                    if messages[k - 1] is prev.messages[-1]:  # an append shares its parent's objects
+                        size = prev.size + sum(message_size(m) for m in messages[k:])
+            self._cache_by_conversation[conversation_id] = revision_id
+        if not size:
+            size = sum(message_size(m) for m in messages)
+        if size > self.cache_bytes:
+            if conversation_id is not None:
+                self._cache_by_conversation.pop(conversation_id, None)
+            return
+        self._cache[revision_id] = _Cached(conversation_id, messages, size)
+        self._cache_size += size
+        while self._cache_size > self.cache_bytes:
+            self._drop(next(iter(self._cache)))
+
+    def _drop(self, revision_id: int) -> _Cached | None:
+        cached = self._cache.pop(revision_id, None)
+        if cached is not None:
+            self._cache_size -= cached.size
+            cid = cached.conversation_id
+            if cid is not None and self._cache_by_conversation.get(cid) == revision_id:
+                del self._cache_by_conversation[cid]
+        return cached
 
     # -- runs and provider calls ----------------------------------------------------------------
 
@@ -388,3 +465,11 @@ class SQLiteStore:
     def has_blobs(self, ids: Iterable[bytes]) -> set[bytes]:
         with self._transaction(write=False) as conn:
             return _blobs.has_blobs(conn, ids)
+
+
+def _decode(message_id: bytes, data: bytes) -> Message:
+    message = Message.decode(data)
+    # The row's id is SHA-256 of these very bytes: seed Message.id's memo so a checkpoint does
+    # not re-encode the whole history (and keep a second copy of it) just to learn the ids.
+    message._memo["id"] = message_id
+    return message

@@ -27,18 +27,21 @@ import attrs
 import pytest
 import trio
 
-from byok.cursor.checkpoint import Blob, TurnRecord, build_checkpoint, root_blob
+from byok.cursor.checkpoint import TurnRecord, build_checkpoint
 from byok.cursor.prompting import default_prompt_root, load_prompt_assets
 from byok.cursor.tools.catalog import load_tool_catalog, mode_tools
 from byok.devtools.cursor_sim import Recorded, Transcript, user_turn
 from byok.devtools.workspace_exec import WorkspaceExecutor
-from byok.model.messages import Message, ToolCall, canonical_json
+from byok.model.messages import Message, ToolCall
 from byok.model.projection import project
 from byok.model.request import ModelRequest, ModelSettings
 from byok.pb.agent import v1 as agent
+from byok.providers import openai_chat
 from byok.providers.adapters import adapter_for
-from byok.run.call_log import message_hashes, redact_body
-from byok.store import SQLiteStore
+from byok.run.call_log import finalize_and_hash
+from byok.run.conversation import ConversationMemory
+from byok.store import LlmCallRecord, SQLiteStore
+from byok.store.sqlite_store import DEFAULT_CACHE_BYTES
 from tests.bench.driver import (
     NOTES,
     PREFIX,
@@ -671,17 +674,21 @@ async def test_5_long_conversation(tmp_path: Path, nursery: trio.Nursery) -> Non
     request = ModelRequest(system=system, tools=tools, history=history, settings=settings)  # type: ignore[arg-type]
     build_s, body = timed(lambda: adapter.build_request(request))
     assert isinstance(body, bytes)
+
+    def build_cold() -> bytes:
+        openai_chat.FRAGMENTS.clear()
+        return adapter.build_request(request)
+
+    build_cold_s, _ = timed(build_cold)
     with harness_gc_off():
         build_nogc_s, _ = timed(lambda: adapter.build_request(request))
         cold_nogc_s, _ = timed(cold_head)
 
-    def bookkeeping() -> None:  # what provider_call._call_record does on the trio thread after a call
-        redact_body(body)
-        parsed = json.loads(body)
-        canonical_json(parsed["messages"])
-
-    post_s, _ = timed(bookkeeping, reps=3)
-    hashes_s, _ = timed(lambda: message_hashes(body), reps=3)  # CallLog._write_batch, worker thread
+    # The call record's JSON work (model name, redaction, request/messages hashes, the prefix
+    # meter's per-message hashes): none of it on the trio thread; CallLog._write_batch does it on
+    # the store's worker thread, one parse for all of it.
+    record = LlmCallRecord("r", LONG_CONV, "p", "", body, "", "", "ok", 0)
+    post_s, _ = timed(lambda: finalize_and_hash(record), reps=3)
     report(
         "5 long conv",
         "build provider request, next turn (warm head + project + build_request)",
@@ -701,6 +708,7 @@ async def test_5_long_conversation(tmp_path: Path, nursery: trio.Nursery) -> Non
     report("5 long conv", "  store.head, warm (revision cache hit)", ms(warm_s), "ms")
     report("5 long conv", "  project()", ms(project_s), "ms")
     report("5 long conv", "  openai_chat build_request()", ms(build_s), "ms")
+    report("5 long conv", "  openai_chat build_request(), fragment cache empty", ms(build_cold_s), "ms")
     report(
         "5 long conv",
         "  the same two with cyclic GC off (head cold / build_request)",
@@ -710,20 +718,14 @@ async def test_5_long_conversation(tmp_path: Path, nursery: trio.Nursery) -> Non
     )
     report(
         "5 long conv",
-        "  after-call bookkeeping on the event loop (redact + parse + canonical)",
+        "  call record JSON work + prefix-meter hashes, call-log worker (finalize_and_hash)",
         ms(post_s),
         "ms",
+        note="off the trio thread",
     )
-    report("5 long conv", "  prefix-meter hashes in the call-log worker (message_hashes)", ms(hashes_s), "ms")
 
-    # Checkpoint cost per publish with a warm root cache keyed by Message.id, as Run._root_of does.
-    roots: dict[bytes, Blob] = {}
-
-    def root_of(m: Message) -> Blob:
-        blob = roots.get(m.id)
-        if blob is None:
-            blob = roots[m.id] = root_blob(m)
-        return blob
+    # Checkpoint cost per publish with warm root ids, as Run._root_of does (ConversationMemory).
+    memory = ConversationMemory()
 
     def checkpoint() -> object:
         return build_checkpoint(
@@ -732,47 +734,75 @@ async def test_5_long_conversation(tmp_path: Path, nursery: trio.Nursery) -> Non
             turn=TurnRecord("r", b"\x0a\x02hi"),
             token_details=agent.ConversationTokenDetails(),
             mode=agent.AgentMode.AGENT,
-            root_of=root_of,
+            root_of=memory.root_of,
         )
 
-    checkpoint()
+    memory.acked.update(b.id for b in checkpoint().blobs)  # type: ignore[attr-defined]
+    memory.drop_acked_roots()
     checkpoint_s, _ = timed(checkpoint)
     ids_s, _ = timed(lambda: [m.id for m in messages])  # type: ignore[attr-defined]
     report(
         "5 long conv",
-        "  build_checkpoint, warm root cache (each publish: 2 per round, 3 per turn end)",
+        "  build_checkpoint, warm root ids (each publish: 2 per round, 3 per turn end)",
         ms(checkpoint_s),
         "ms",
     )
     report("5 long conv", "    of which Message.id for every message (the cache key)", ms(ids_s), "ms")
 
-    # What the daemon keeps per idle conversation: the decoded history (store revision cache), the
-    # root-blob cache and acked ids (ConversationMemory), the prefix meter's hashes (CallLog).
+    # What the daemon keeps per idle conversation. Its own: root ids and acked ids
+    # (ConversationMemory, root blob bytes dropped once ACKed), the prefix meter's hashes (CallLog).
+    # In caches shared by all conversations and bounded by bytes: the decoded history (store,
+    # DEFAULT_CACHE_BYTES) and the request fragments (openai_chat.FRAGMENTS); an idle conversation
+    # holds those only until newer ones push it out, then its next turn decodes from SQLite.
+    openai_chat.FRAGMENTS.clear()
     tracemalloc.start()
-    held = cold_head()
+    model_store = SQLiteStore.open_in(data_dir)
+    held = model_store.head(LONG_CONV).messages
     decoded = tracemalloc.get_traced_memory()[0]
-    held_roots = {m.id: root_blob(m) for m in held}
-    held_acked = set(held_roots)
-    held_hashes = message_hashes(body)
-    idle_heap = tracemalloc.get_traced_memory()[0]
+    held_body = adapter.build_request(
+        ModelRequest(system=system, tools=tools, history=project(held), settings=settings)
+    )
+    del held_body
+    cached_heap = tracemalloc.get_traced_memory()[0]
+    held_memory = ConversationMemory()
+    for m in held:
+        held_memory.acked.add(held_memory.root_of(m).id)
+    held_memory.drop_acked_roots()
+    held_hashes = finalize_and_hash(record)[1]
+    own_heap = tracemalloc.get_traced_memory()[0] - cached_heap
+    model_store.forget_cached()
+    openai_chat.FRAGMENTS.clear()
+    base = tracemalloc.get_traced_memory()[0]
+    held = model_store.head(LONG_CONV).messages
     held_history = project(held)
     held_body = adapter.build_request(
         ModelRequest(system=system, tools=tools, history=held_history, settings=settings)
     )
-    active_heap = tracemalloc.get_traced_memory()[0] - idle_heap
+    active_heap = tracemalloc.get_traced_memory()[0] - base
     tracemalloc.stop()
-    del held, held_roots, held_acked, held_hashes, held_history, held_body
+    model_store.close()
+    del held, held_memory, held_hashes, held_history, held_body
     report(
         "5 long conv",
-        "Python heap kept per idle conversation (tracemalloc, modelled)",
-        idle_heap / 2**20,
+        "Python heap kept per idle conversation, evicted from the shared caches (tracemalloc)",
+        own_heap / 2**20,
         "MiB",
         5,
-        note=f"decoded history {decoded / 2**20:.1f} MiB + root blobs, acked ids, meter hashes",
+        note="root ids, acked ids, meter hashes",
     )
     report(
         "5 long conv",
-        "Python heap added by an active run (projection + request body)",
+        "Python heap kept per idle conversation while still in the shared caches",
+        (own_heap + cached_heap) / 2**20,
+        "MiB",
+        5,
+        note=f"+ decoded history {decoded / 2**20:.1f} MiB, request fragments "
+        f"{(cached_heap - decoded) / 2**20:.1f} MiB (caches bounded across conversations: "
+        f"{DEFAULT_CACHE_BYTES / 2**20:.0f} + {openai_chat.FRAGMENTS.max_bytes / 2**20:.0f} MiB)",
+    )
+    report(
+        "5 long conv",
+        "Python heap of an active run, cold (decoded history + projection + request body)",
         active_heap / 2**20,
         "MiB",
         20,

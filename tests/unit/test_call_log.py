@@ -14,7 +14,6 @@ import trio
 from byok.config import ConfigError, LoggingConfig, load_config
 from byok.loop.model_call import ModelProtocolError
 from byok.model.events import ProviderError
-from byok.model.messages import canonical_json
 from byok.model.usage import Usage
 from byok.providers import anthropic, openai_chat, openai_responses
 from byok.providers.http_errors import http_error
@@ -35,7 +34,8 @@ def body(obj: dict[str, Any]) -> bytes:
 
 
 def h(obj: Any) -> bytes:
-    return hashlib.sha256(canonical_json(obj)).digest()
+    """The meter's hash of one element as ``body`` serializes it."""
+    return hashlib.sha256(json.dumps(obj, separators=(",", ":")).encode()).digest()
 
 
 SYS = {"role": "system", "content": "be brief"}
@@ -77,11 +77,15 @@ def test_a_shorter_history_does_not_extend() -> None:
     assert compare_prefix(longer, shorter) == (False, 2)
 
 
-def test_messages_compare_as_canonical_json_per_element() -> None:
-    # Key order inside a message does not matter; element boundaries do.
+def test_messages_compare_as_serialized_bytes_per_element() -> None:
+    # Each element is hashed as its JSON text exactly as sent: whitespace between elements
+    # does not matter, key order or spacing inside one does (DESIGN invariant 1).
     a = message_hashes(b'{"messages":[{"role":"user","content":"hi"}]}')
-    b = message_hashes(b'{"messages": [{"content": "hi", "role": "user"}]}')
-    assert a == b == (h(U1),)
+    spaced = message_hashes(b' { "model" : "m" , "messages" : [ {"role":"user","content":"hi"} ] } ')
+    assert a == spaced == (h(U1),)
+    reordered = message_hashes(b'{"messages":[{"content":"hi","role":"user"}]}')
+    assert reordered != a
+    assert message_hashes(b'{"messages":[{"role": "user","content":"hi"}]}') != a
 
 
 def test_compared_elements_per_provider_kind() -> None:

@@ -42,6 +42,19 @@ class ToolOutcome:
     content: str
     is_error: bool
     ui: agent.ToolCall
+    # The encoded card, shared by the tool_call_completed frame and the turn's step blob (a Read's
+    # card holds the whole file). ``ui`` must not be mutated once it has been encoded.
+    _ui_bytes: list[bytes] = attrs.field(factory=list, init=False, eq=False, repr=False, hash=False)
+
+    def ui_bytes(self) -> bytes:
+        if not self._ui_bytes:
+            self._ui_bytes.append(bytes(self.ui))
+        return self._ui_bytes[0]
+
+    def with_ui_bytes(self, data: bytes) -> ToolOutcome:
+        """This outcome with ``bytes(ui)`` already known (a tool's own byte-identical encoder)."""
+        self._ui_bytes[:] = [data]
+        return self
 
 
 @attrs.frozen

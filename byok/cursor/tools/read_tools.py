@@ -13,6 +13,7 @@ from typing import Any
 
 import betterproto2
 
+from byok.cursor import encode
 from byok.cursor.tools.base import (
     Invocation,
     OneShot,
@@ -180,7 +181,12 @@ def _read_success(args: Mapping[str, Any], s: agent.ReadSuccess) -> ToolOutcome:
         path=path,
         read_range=agent.ReadRange(start_line=first, end_line=last) if windowed else None,
     )
-    return ToolOutcome(content, False, _read_card(args, agent.ReadToolResult(success=success)))
+    read_args = _read_args(args)
+    card = agent.ToolCall(
+        read_tool_call=agent.ReadToolCall(args=read_args, result=agent.ReadToolResult(success=success))
+    )
+    # The card holds the whole file: encode it once, by hand (see encode.read_card).
+    return ToolOutcome(content, False, card).with_ui_bytes(encode.read_card(read_args, success))
 
 
 def split_lines(text: str) -> list[str]:
@@ -191,6 +197,8 @@ def split_lines(text: str) -> list[str]:
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()
+    if "\r" not in text:  # the common case: no per-line pass over a large file
+        return lines
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
@@ -204,7 +212,26 @@ def _start_index(total: int, offset: int | None) -> int:
 
 
 def numbered(lines: Sequence[str], first: int) -> str:
-    return "\n".join(f"{number:>6}|{line}" for number, line in enumerate(lines, start=first))
+    """``"\\n".join(f"{number:>6}|{line}")`` from ``first``, without formatting every line in
+    Python: numbers of one digit count share one padding string, and one join builds the text."""
+    n = len(lines)
+    if n < 64 or first < 1:
+        return "\n".join(f"{number:>6}|{line}" for number, line in enumerate(lines, start=first))
+    last = first + n - 1
+    pads: list[str] = []
+    k = first
+    while k <= last:  # one run per digit count: 1-9, 10-99, ...
+        digits = len(str(k))
+        end = min(last, 10**digits - 1)
+        pads += ["\n" + " " * (6 - digits)] * (end - k + 1)
+        k = end + 1
+    pads[0] = pads[0][1:]
+    parts: list[str] = [""] * (4 * n)
+    parts[0::4] = pads
+    parts[1::4] = map(str, range(first, last + 1))
+    parts[2::4] = ["|"] * n
+    parts[3::4] = lines
+    return "".join(parts)
 
 
 def _render_read(

@@ -1,0 +1,174 @@
+"""Request bodies assembled from cached element texts, and the same elements found in any body.
+
+Every adapter renders its history as an ordered list of JSON texts, one per element of the
+array the prefix meter compares (Chat ``messages``; Responses ``input``; Anthropic ``messages``,
+one per merged message). Each history item's (or merged group's) texts are cached, so a long
+conversation serialises only what is new; the body is the rest of the request serialised
+around a placeholder that the joined texts replace. ``json.dumps`` output composes (an array's
+text is ``[`` + its elements' texts joined by ``,`` + ``]``), so the bytes are exactly those
+of dumping the whole body at once.
+
+``split_body`` finds the same elements in a body it did not render (a stored request after a
+restart, or a body whose message array ``extra_body`` replaced): each element's exact span,
+walked with ``JSONDecoder.raw_decode``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any
+
+from byok.model.request import RenderedRequest
+from byok.providers.fragment_cache import SizedLru
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
+def dumps(obj: Any) -> str:
+    return _ENCODER.encode(obj)
+
+
+# Cache key -> the texts it renders to. Shared by the three adapters (keys start with the kind).
+# Sized by the texts plus the item's own text: the key keeps that alive once the store has
+# evicted the decoded history it came from.
+FRAGMENTS: SizedLru[tuple[str, ...]] = SizedLru(24 * 2**20)
+
+
+def cached(key: Hashable, render: Callable[..., Iterable[str]], *args: Any) -> tuple[str, ...]:
+    """The texts of ``key``, rendered by ``render(*args)`` when not cached."""
+    texts = FRAGMENTS.get(key)
+    if texts is None:
+        texts = tuple(render(*args))
+        FRAGMENTS.put(key, texts, sum(2 * len(t) + 100 for t in texts) + 100)
+    return texts
+
+
+# A placeholder no real value can equal, swapped for the joined element texts.
+SLOT = "\u0000byok-messages-slot\u0000"
+_SLOT_JSON = dumps(SLOT)
+# Keys the meter reads (see split_body); extra_body touching one of them takes the slow path.
+_METER_KEYS = frozenset({"messages", "input", "system", "instructions"})
+
+
+def assemble(
+    body: dict[str, Any], array_key: str, array: list[str], extra_keys: Iterable[str]
+) -> RenderedRequest:
+    """``body`` (with ``SLOT`` as its ``array_key`` value, extra_body already applied) with
+    ``array`` spliced in. ``extra_keys``: the keys extra_body set."""
+    text = dumps(body)
+    at = text.find(_SLOT_JSON) if body.get(array_key) is SLOT else -1
+    if at < 0 or _METER_KEYS.intersection(extra_keys):
+        # extra_body replaced or added what the meter reads: find the elements in the bytes.
+        if at >= 0:
+            text = text[:at] + "[" + ",".join(array) + "]" + text[at + len(_SLOT_JSON) :]
+        data = text.encode()
+        split = split_body(data)
+        return split if split is not None else RenderedRequest(data, _model(body))
+    prefix, suffix = text[:at], text[at + len(_SLOT_JSON) :]
+    data = (prefix + "[" + ",".join(array) + "]" + suffix).encode()
+    start, end = len(prefix.encode()), len(data) - len(suffix.encode())
+    head_key = "instructions" if array_key == "input" else "system"
+    if head_key in body:
+        head = cached(("head", body[head_key]), _one, body[head_key])
+        return RenderedRequest(data, _model(body), head + tuple(array), 1, (start, end))
+    return RenderedRequest(data, _model(body), tuple(array), 0, (start, end))
+
+
+def _one(obj: Any) -> tuple[str]:
+    return (dumps(obj),)
+
+
+def _model(body: dict[str, Any]) -> str:
+    model = body.get("model", "")
+    # As the old parse of the body read it back (a tuple is a JSON list).
+    return model if isinstance(model, str) else str(json.loads(dumps(model)))
+
+
+# --- elements of a body we did not render -----------------------------------------------------
+
+_DECODER = json.JSONDecoder()
+_WS = re.compile(r"[ \t\n\r]*")
+
+
+def split_body(body: bytes) -> RenderedRequest | None:
+    """The meter's elements of any JSON request body, as ``json.loads`` would see them: the
+    ``input`` array (Responses) with ``instructions`` before it, else the ``messages`` array
+    with ``system`` before it (Anthropic; Chat keeps its system message inside). Each element is
+    its exact text in ``body``. None when ``body`` is not a JSON object; no elements when it
+    has no such array."""
+    try:
+        text = body.decode()
+        return _split(body, text)
+    except (ValueError, IndexError):  # JSONDecodeError is a ValueError
+        return None
+
+
+def _split(body: bytes, text: str) -> RenderedRequest | None:
+    ws = _WS.match
+    i = ws(text, 0).end()
+    if text[i] != "{":
+        return None
+    values: dict[str, tuple[int, int]] = {}  # key -> span of its value; the last one wins
+    arrays: dict[str, list[tuple[int, int]]] = {}  # key -> spans of its elements
+    i = ws(text, i + 1).end()
+    if text[i] == "}":
+        i += 1
+    else:
+        while True:
+            key, i = _DECODER.raw_decode(text, i)
+            if not isinstance(key, str):
+                raise ValueError("object key is not a string")
+            i = ws(text, i).end()
+            if text[i] != ":":
+                raise ValueError("expected ':'")
+            start = i = ws(text, i + 1).end()
+            arrays.pop(key, None)
+            if text[i] == "[" and key in ("messages", "input"):
+                spans, i = _array(text, i)
+                arrays[key] = spans
+            else:
+                _, i = _DECODER.raw_decode(text, i)
+            values[key] = (start, i)
+            i = ws(text, i).end()
+            if text[i] == ",":
+                i = ws(text, i + 1).end()
+                continue
+            if text[i] != "}":
+                raise ValueError("expected ',' or '}'")
+            i += 1
+            break
+    if ws(text, i).end() != len(text):
+        raise ValueError("extra data")
+    model = "" if "model" not in values else str(json.loads(text[slice(*values["model"])]))
+    if "input" in arrays:
+        array_key, head_key = "input", "instructions"
+    elif "messages" in arrays:
+        array_key, head_key = "messages", "system"
+    else:
+        return RenderedRequest(body, model)
+    spans = ([values[head_key]] if head_key in values else []) + arrays[array_key]
+    elements = tuple(text[a:b] for a, b in spans)
+    start, end = values[array_key]
+    if not text.isascii():  # str offsets -> byte offsets
+        start, end = len(text[:start].encode()), len(text[:end].encode())
+    return RenderedRequest(body, model, elements, int(head_key in values), (start, end))
+
+
+def _array(text: str, i: int) -> tuple[list[tuple[int, int]], int]:
+    """Spans of the elements of the array starting at ``text[i]``, and the index after it."""
+    ws = _WS.match
+    spans: list[tuple[int, int]] = []
+    i = ws(text, i + 1).end()
+    if text[i] == "]":
+        return spans, i + 1
+    while True:
+        _, end = _DECODER.raw_decode(text, i)
+        spans.append((i, end))
+        i = ws(text, end).end()
+        if text[i] == "]":
+            return spans, i + 1
+        if text[i] != ",":
+            raise ValueError("expected ',' or ']'")
+        i = ws(text, i + 1).end()
