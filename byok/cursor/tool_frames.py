@@ -1,4 +1,5 @@
-"""AgentServerMessages for the tool lifecycle: partial -> started -> delta -> completed."""
+"""AgentServerMessages for the tool lifecycle: partial -> started -> delta (completed, whose card
+is large, is hand-encoded from the card's cached bytes: encode.tool_call_completed)."""
 
 from __future__ import annotations
 
@@ -33,14 +34,6 @@ def delta(call_id: str, tool_delta: agent.ToolCallDelta, model_call_id: str) -> 
     )
 
 
-def completed(call_id: str, tool_call: agent.ToolCall, model_call_id: str) -> bytes:
-    return _update(
-        tool_call_completed=agent.ToolCallCompletedUpdate(
-            call_id=call_id, tool_call=tool_call, model_call_id=model_call_id
-        )
-    )
-
-
 def update(u: agent.InteractionUpdate) -> bytes:
     return bytes(agent.AgentServerMessage(interaction_update=u))
 
@@ -57,7 +50,3 @@ def exec_abort(exec_id: int) -> bytes:
             )
         )
     )
-
-
-def tool_step(tool_call: agent.ToolCall) -> bytes:
-    return bytes(agent.ConversationStep(tool_call=tool_call))

@@ -24,47 +24,48 @@ class KvLink:
     def __init__(self, send: Callable[[bytes], None], acked: set[bytes]) -> None:
         self._send = send
         self._next_id = 0
-        self._waiting: dict[int, tuple[bytes, trio.Event]] = {}
-        self._sent: dict[int, bytes] = {}  # kv id -> the SET frame, until its ACK
-        self._failed: dict[int, str] = {}
+        self._waiting: dict[int, bytes] = {}  # kv id -> blob id, until the SET's answer
+        self._sent: dict[int, bytes] = {}  # kv id -> the SET frame, until its answer
+        self._pending: dict[bytes, trio.Event] = {}  # blob id -> set when its SET is answered
+        self._rejected: dict[bytes, str] = {}  # blob id -> why the client refused its last SET
         self._gets: dict[int, tuple[trio.Event, list[bytes | None]]] = {}
-        self._in_flight: set[bytes] = set()  # SET sent, ACK pending: never SET twice
         # Blob ids the client is known to hold (shared across runs of a conversation).
         self.acked = acked
 
-    async def put(self, blobs: Iterable[Blob], timeout_s: float) -> int:
-        """SET every blob the client does not hold yet and wait for all ACKs. Returns how many."""
-        events: list[tuple[int, bytes, trio.Event]] = []
+    def offer(self, blobs: Iterable[Blob]) -> int:
+        """SET, without waiting, every blob the client does not hold and that is not on its way
+        already: a result's blobs go out as it is committed, so the checkpoint that needs them
+        later waits for ACKs already in flight. Returns how many SETs were sent."""
+        sent = 0
         for blob in blobs:
-            if blob.id in self.acked or blob.id in self._in_flight:
+            if blob.id in self.acked or blob.id in self._pending:
                 continue
-            self._in_flight.add(blob.id)
             kv_id = self._next_id
             self._next_id += 1
-            done = trio.Event()
-            self._waiting[kv_id] = (blob.id, done)
-            events.append((kv_id, blob.id, done))
+            self._pending[blob.id] = trio.Event()
+            self._rejected.pop(blob.id, None)
+            self._waiting[kv_id] = blob.id
             frame = self._sent[kv_id] = encode.set_blob(kv_id, blob.id, blob.data)
             self._send(frame)
-        if not events:
-            return 0
-        try:
-            with trio.move_on_after(timeout_s) as scope:
-                for _, _, done in events:
-                    await done.wait()
-        finally:
-            for kv_id, blob_id, _ in events:
-                self._in_flight.discard(blob_id)
-                self._sent.pop(kv_id, None)
+            sent += 1
+        return sent
+
+    async def put(self, blobs: Iterable[Blob], timeout_s: float) -> int:
+        """SET every blob the client does not hold yet and wait until the client holds all of
+        them (SETs offered earlier included). Returns how many SETs this call sent."""
+        blobs = list(blobs)
+        sent = self.offer(blobs)
+        waits = {b.id: self._pending[b.id] for b in blobs if b.id in self._pending}
+        with trio.move_on_after(timeout_s) as scope:
+            for done in waits.values():
+                await done.wait()
         if scope.cancelled_caught:
-            missing = sum(1 for _, _, d in events if not d.is_set())
-            for kv_id, _, _ in events:
-                self._waiting.pop(kv_id, None)
+            missing = sum(1 for d in waits.values() if not d.is_set())
             raise KvFailure(f"client did not acknowledge {missing} blob SET(s) within {timeout_s:g}s")
-        errors = [self._failed.pop(kv_id) for kv_id, _, _ in events if kv_id in self._failed]
+        errors = [self._rejected[i] for i in waits if i in self._rejected]
         if errors:
             raise KvFailure(f"client rejected a blob SET: {errors[0]}")
-        return len(events)
+        return sent
 
     async def get(self, blob_id: bytes, timeout_s: float, expected_len: int | None = None) -> bytes:
         """Read a blob the client owns. The bytes are verified as received: SHA-256 of the raw
@@ -106,16 +107,18 @@ class KvLink:
             holder.append(result.blob_data if result is not None else None)
             done.set()
             return True
-        entry = self._waiting.pop(msg.id, None)
-        if entry is None:
+        blob_id = self._waiting.pop(msg.id, None)
+        if blob_id is None:
             return False
-        blob_id, done = entry
+        self._sent.pop(msg.id, None)
         result = msg.set_blob_result
         if result is None:
-            self._failed[msg.id] = "answer to a SET was not a set_blob_result"
+            self._rejected[blob_id] = "answer to a SET was not a set_blob_result"
         elif result.error is not None:
-            self._failed[msg.id] = result.error.message or "unspecified error"
+            self._rejected[blob_id] = result.error.message or "unspecified error"
         else:
             self.acked.add(blob_id)
-        done.set()
+        done = self._pending.pop(blob_id, None)
+        if done is not None:
+            done.set()
         return True

@@ -25,7 +25,7 @@ import httpx
 import trio
 
 from byok.config import Config, ModelConfig, ProviderConfig
-from byok.cursor import encode, tool_frames
+from byok.cursor import encode
 from byok.cursor.background import (
     completion_event_id,
     completion_message,
@@ -43,7 +43,7 @@ from byok.cursor.checkpoint import (
 from byok.cursor.prompting import ModeAssets, build_runtime_message, mode_name, request_context_sections
 from byok.cursor.request import RunStart
 from byok.cursor.token_breakdown import BreakdownInput, breakdown, to_proto
-from byok.cursor.tools.base import ToolDef
+from byok.cursor.tools.base import ToolDef, ToolOutcome
 from byok.http.connect_envelope import ConnectError, end_stream_error, end_stream_ok
 from byok.loop.model_call import ModelCallResult
 from byok.model.messages import Message
@@ -58,7 +58,7 @@ from byok.run.crash import crash_point
 from byok.run.history import StartFailed, fetch_turn, import_history, resume_point
 from byok.run.kv import KvFailure, KvLink
 from byok.run.provider_call import CallContext, ProviderCallFailed, call_model
-from byok.run.slot import RunSlot
+from byok.run.slot import RunSlot, let_writer_run
 from byok.run.tool_round import ExecRouter, ToolRound
 from byok.store import AsyncStore, RunExists, SQLiteStore, StaleRevision
 from byok.store.records import Head
@@ -407,9 +407,15 @@ class Run:
         return await self._execute_round(turn, assistant)
 
     async def _execute_round(self, turn: TurnRecord, assistant: Message) -> TurnRecord:
-        async def commit(message: Message) -> None:
+        async def commit(message: Message, outcome: ToolOutcome) -> None:
             await self._append([message])
             crash_point("tool_result_committed")
+            # The settled checkpoint will reference this result's root and (for a known tool) its
+            # step: SET them now, so their ACKs come back while the other tools still run.
+            blobs = [self._root_of(message, with_data=True)]
+            if message.tool_name in self.deps.tools.registry:
+                blobs.append(Blob.of(encode.tool_step(outcome.ui_bytes())))
+            self.kv.offer(blobs)
 
         completions = await ToolRound(
             router=self.router,
@@ -422,11 +428,12 @@ class Run:
         by_call = {c.call.call_id: c for c in completions}
         for call in assistant.tool_calls:  # the turn's steps keep the model's call order
             if call.name in self.deps.tools.registry:
-                turn = turn.with_step(tool_frames.tool_step(by_call[call.call_id].outcome.ui))
+                turn = turn.with_step(encode.tool_step(by_call[call.call_id].outcome.ui_bytes()))
         settled = self._checkpoint(self._current_head().messages, [], turn)
         await self._put_blobs(settled.blobs)
         self.slot.send(encode.checkpoint(settled.state))
         crash_point("settled_checkpoint_sent")
+        await let_writer_run()
         return turn
 
     async def _publish_final(self, turn: TurnRecord) -> None:

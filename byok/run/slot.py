@@ -95,6 +95,15 @@ class RunSlot:
         return self._attached is not None
 
 
+async def let_writer_run() -> None:
+    """Let the stream writer, woken by frames just queued, write them before the calling task
+    goes on with CPU-heavy work (hashing a checkpoint, building the next provider request). Trio
+    runs a batch of ready tasks in either order: the writer was ready before our first checkpoint,
+    so it has had its turn by the time the second returns."""
+    await trio.lowlevel.checkpoint()
+    await trio.lowlevel.checkpoint()
+
+
 class RunRegistry:
     def __init__(self) -> None:
         self._slots: dict[str, RunSlot] = {}

@@ -32,6 +32,7 @@ from byok.cursor.tools.base import (
 )
 from byok.model.messages import Message, ToolCall
 from byok.pb.agent import v1 as agent
+from byok.run.slot import let_writer_run
 
 log = logging.getLogger("byok.tools")
 
@@ -139,7 +140,7 @@ class ToolRound:
         router: ExecRouter,
         registry: Mapping[str, ToolDef],
         send: Callable[[bytes], None],
-        commit: Callable[[Message], Awaitable[None]],
+        commit: Callable[[Message, ToolOutcome], Awaitable[None]],
         round_id: str,
         model_call_id: str,
     ) -> None:
@@ -195,21 +196,14 @@ class ToolRound:
                     is_error=outcome.is_error,
                     tool_round_id=self.round_id,
                     completion_seq=seq,
-                )
+                ),
+                outcome,
             )
             if call.name in self.registry:
                 self.send(encode.tool_call_completed(call_id, outcome.ui_bytes(), self.model_call_id))
-                await _let_writer_run()
+                await let_writer_run()
             completions.append(Completion(call, outcome))
         return completions
-
-
-async def _let_writer_run() -> None:
-    """Let the stream writer start on the frame just queued (a Read's card can be megabytes, and the
-    client parses it meanwhile) before this task goes on hashing the settled checkpoint. Trio runs a
-    batch of ready tasks in either order, so it takes two passes to be sure the writer had its turn."""
-    await trio.lowlevel.checkpoint()
-    await trio.lowlevel.checkpoint()
 
 
 def _error_outcome(text: str) -> ToolOutcome:

@@ -168,12 +168,19 @@ def connect(path: Path) -> sqlite3.Connection:
     return conn
 
 
+WAL_AUTOCHECKPOINT_PAGES = 16384  # 64 MiB of 4 KiB pages
+
+
 def _configure(conn: sqlite3.Connection, path: Path) -> None:
     try:
         mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         conn.execute("PRAGMA synchronous=FULL")
         conn.execute("PRAGMA foreign_keys=ON")
         conn.execute("PRAGMA busy_timeout=5000")
+        # SQLite checkpoints the WAL inside whichever COMMIT crosses the limit: with multi-MB tool
+        # results that was every other append, on a turn's critical path. The store checkpoints
+        # after each run instead (SQLiteStore.finish_run); this is only the safety net.
+        conn.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")
     except sqlite3.Error as e:
         raise StoreError(f"cannot configure {path}: {e}") from e
     if str(mode).lower() != "wal":

@@ -10,6 +10,7 @@ Not thread-safe by itself: AsyncStore serializes all calls through one worker at
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
@@ -25,6 +26,8 @@ from byok.store import lineage, schema
 from byok.store import runs as _runs
 from byok.store.errors import StaleRevision, StoreError
 from byok.store.records import BlobEdge, Head, LlmCallRecord, RunRecord, RunStatus
+
+log = logging.getLogger("byok.store")
 
 DB_FILENAME = "byok.sqlite3"
 
@@ -416,9 +419,23 @@ class SQLiteStore:
         error_message: str | None = None,
         usage: Usage | None = None,
     ) -> None:
-        """Write the run's terminal state; a run ends once, so a second finish raises StoreError."""
+        """Write the run's terminal state; a run ends once, so a second finish raises StoreError.
+        Then checkpoint the WAL: after the run, not inside one of its appends."""
         with self._transaction(write=True) as conn:
             _runs.finish_run(conn, request_id, status, now_ms, error_code, error_message, usage)
+        try:
+            self.checkpoint_wal()
+        except StoreError as e:  # the run's state is committed; the next checkpoint catches up
+            log.warning("WAL checkpoint after run %s failed: %s", request_id, e)
+
+    def checkpoint_wal(self) -> None:
+        """Copy committed WAL pages into the database file (PASSIVE: never waits for readers)."""
+        if self._conn is None:
+            raise StoreError("store is closed")
+        try:
+            self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        except sqlite3.Error as e:
+            raise StoreError(f"sqlite: {e}") from e
 
     def run(self, request_id: str) -> RunRecord | None:
         with self._transaction(write=False) as conn:

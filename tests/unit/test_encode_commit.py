@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from byok.cursor import encode, tool_frames
+from byok.cursor import encode
 from byok.cursor.checkpoint import Blob, TurnRecord, build_checkpoint
 from byok.cursor.tools.base import Invocation
 from byok.cursor.tools.read_tools import READ, numbered, split_lines
@@ -18,6 +18,14 @@ from byok.pb.agent import v1 as agent
 texts = st.text(max_size=40)
 big_or_small = texts | st.builds(lambda s, n: s * n, texts, st.integers(0, 3000))
 uint32 = st.integers(0, 2**32 - 1)
+
+
+def completed_reference(call_id: str, tool_call: agent.ToolCall, model_call_id: str) -> bytes:
+    """The frame as betterproto2 encodes it."""
+    update = agent.ToolCallCompletedUpdate(call_id=call_id, tool_call=tool_call, model_call_id=model_call_id)
+    return bytes(
+        agent.AgentServerMessage(interaction_update=agent.InteractionUpdate(tool_call_completed=update))
+    )
 
 
 @given(uint32, st.binary(max_size=40), st.binary(max_size=300) | st.binary(min_size=20_000, max_size=20_100))
@@ -66,16 +74,16 @@ def test_completed_and_step_wrap_the_card_like_betterproto(
 ) -> None:
     card = card_of(args, success)
     data = encode.read_card(args, success)
-    assert encode.tool_call_completed(call_id, data, model_call_id) == tool_frames.completed(
+    assert encode.tool_call_completed(call_id, data, model_call_id) == completed_reference(
         call_id, card, model_call_id
     )
-    assert encode.tool_step(data) == tool_frames.tool_step(card)
+    assert encode.tool_step(data) == bytes(agent.ConversationStep(tool_call=card))
 
 
 def test_completed_of_an_empty_card() -> None:
     empty = agent.ToolCall()
-    assert encode.tool_call_completed("", bytes(empty), "") == tool_frames.completed("", empty, "")
-    assert encode.tool_step(b"") == tool_frames.tool_step(empty)
+    assert encode.tool_call_completed("", bytes(empty), "") == completed_reference("", empty, "")
+    assert encode.tool_step(b"") == bytes(agent.ConversationStep(tool_call=empty))
 
 
 def read_outcome(content: str, **raw: Any) -> Any:
@@ -136,7 +144,7 @@ def test_turn_steps_are_hashed_once_and_carried_forward() -> None:
 
 def test_checkpoint_of_a_large_result_is_unchanged_by_memos() -> None:
     big = Message(role="tool", origin="tool", text="x\n" * 40_000, tool_call_id="c", tool_name="Read")
-    turn = TurnRecord("rq", b"user").with_step(tool_frames.tool_step(agent.ToolCall()))
+    turn = TurnRecord("rq", b"user").with_step(bytes(agent.ConversationStep(tool_call=agent.ToolCall())))
     kw: dict[str, Any] = {
         "system_prompt": "system",
         "turn": turn,

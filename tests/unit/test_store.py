@@ -23,7 +23,7 @@ from byok.store import (
     StaleRevision,
     StoreError,
 )
-from byok.store.schema import SCHEMA_VERSION
+from byok.store.schema import SCHEMA_VERSION, WAL_AUTOCHECKPOINT_PAGES
 
 
 def user(text: str) -> Message:
@@ -55,8 +55,23 @@ def test_open_sets_pragmas_and_schema_version(store: SQLiteStore, path: Path) ->
     assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
     assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 5000
+    assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == WAL_AUTOCHECKPOINT_PAGES
     assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_big_appends_stay_in_the_wal_until_the_run_finishes(store: SQLiteStore, path: Path) -> None:
+    """No checkpoint inside a turn's commits (SQLite's default would run one every ~4 MB of
+    WAL, inside whichever append crossed it); finish_run moves the pages into the database."""
+    store.start_run("r1", "c", "m", 1)
+    before = path.stat().st_size
+    version = 0
+    for i in range(4):
+        version = store.append("c", version, [user(f"{i}" * 3_000_000)], 2).version
+    assert path.stat().st_size - before < 1_000_000  # all of it still in the WAL
+    store.finish_run("r1", "success", 3)
+    assert path.stat().st_size - before > 12_000_000
+    assert [len(m.text) for m in store.head("c").messages] == [3_000_000] * 4
 
 
 def test_reopen_keeps_data(path: Path) -> None:

@@ -72,8 +72,55 @@ async def test_put_without_ack_fails_after_exactly_the_timeout(
     assert [(f.id, f.set_blob_args.blob_id) for f in client.frames] == [(0, BLOBS[0].id), (1, BLOBS[1].id)]
     assert [f.set_blob_args.blob_data for f in client.frames] == [b.data for b in BLOBS]
     assert link.acked == set()
-    # The waits are forgotten: an ACK arriving after the deadline answers nothing.
-    assert link.on_client(ack(0)) is False
+    # An ACK after the deadline is still the truth about the client's store: the put failed,
+    # but a later checkpoint may reference that blob without sending it again.
+    assert link.on_client(ack(0)) is True
+    assert link.acked == {BLOBS[0].id}
+    assert link.on_client(ack(0)) is False  # answered once
+
+
+async def test_put_waits_for_sets_offered_earlier_without_sending_them_again(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    client = KvClient()
+    link = KvLink(client.send, set())
+    assert link.offer(BLOBS[:1]) == 1
+    assert link.offer(BLOBS[:1]) == 0  # on its way already
+    t0 = trio.current_time()
+
+    async def ack_later() -> None:
+        await trio.sleep(2)
+        assert link.on_client(ack(0))
+        await trio.sleep(1)
+        assert link.on_client(ack(1))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ack_later)
+        assert await link.put(BLOBS, timeout_s=TIMEOUT) == 1  # only the second was new
+    assert trio.current_time() - t0 == 3  # it waited for the earlier SET's ACK too
+    assert [f.set_blob_args.blob_id for f in client.frames] == [b.id for b in BLOBS]
+    assert link.acked == {b.id for b in BLOBS}
+    assert await link.put(BLOBS, timeout_s=TIMEOUT) == 0
+
+
+async def test_a_rejected_offer_is_set_again_by_the_put_that_needs_it(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    client = KvClient()
+    link = KvLink(client.send, set())
+    link.offer(BLOBS[:1])
+    assert link.on_client(ack(0, error="disk full"))
+
+    async def reject_again() -> None:
+        await trio.sleep(1)
+        assert link.on_client(ack(1, error="still full"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(reject_again)
+        with pytest.raises(KvFailure, match="still full"):
+            await link.put(BLOBS[:1], timeout_s=TIMEOUT)
+    assert [f.id for f in client.frames] == [0, 1]  # the client does not hold it: SET again
+    assert link.acked == set()
 
 
 async def test_put_partially_acked_names_the_missing(autojump_clock: trio.testing.MockClock) -> None:
