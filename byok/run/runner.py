@@ -407,11 +407,13 @@ class Run:
         return await self._execute_round(turn, assistant)
 
     async def _execute_round(self, turn: TurnRecord, assistant: Message) -> TurnRecord:
-        async def commit(message: Message, outcome: ToolOutcome) -> None:
+        async def commit(message: Message) -> None:
             await self._append([message])
             crash_point("tool_result_committed")
+
+        def published(message: Message, outcome: ToolOutcome) -> None:
             # The settled checkpoint will reference this result's root and (for a known tool) its
-            # step: SET them now, so their ACKs come back while the other tools still run.
+            # step: SET them now, behind its card, so their ACKs come back while other tools run.
             blobs = [self._root_of(message, with_data=True)]
             if message.tool_name in self.deps.tools.registry:
                 blobs.append(Blob.of(encode.tool_step(outcome.ui_bytes())))
@@ -422,6 +424,7 @@ class Run:
             registry=self.deps.tools.registry,
             send=self.slot.send,
             commit=commit,
+            published=published,
             round_id=assistant.tool_round_id,
             model_call_id=assistant.model_call_id,
         ).run(assistant.tool_calls)

@@ -140,7 +140,8 @@ class ToolRound:
         router: ExecRouter,
         registry: Mapping[str, ToolDef],
         send: Callable[[bytes], None],
-        commit: Callable[[Message, ToolOutcome], Awaitable[None]],
+        commit: Callable[[Message], Awaitable[None]],
+        published: Callable[[Message, ToolOutcome], None],
         round_id: str,
         model_call_id: str,
     ) -> None:
@@ -148,6 +149,7 @@ class ToolRound:
         self.registry = registry
         self.send = send
         self.commit = commit
+        self.published = published  # after a result is committed and its card queued
         self.round_id = round_id
         self.model_call_id = model_call_id
 
@@ -186,22 +188,21 @@ class ToolRound:
             if call is None or any(c.call.call_id == call_id for c in completions):
                 continue  # an outcome of an earlier round's call: not ours
             seq += 1
-            await self.commit(
-                Message(
-                    role="tool",
-                    origin="tool",
-                    text=outcome.content,
-                    tool_call_id=call_id,
-                    tool_name=call.name,
-                    is_error=outcome.is_error,
-                    tool_round_id=self.round_id,
-                    completion_seq=seq,
-                ),
-                outcome,
+            message = Message(
+                role="tool",
+                origin="tool",
+                text=outcome.content,
+                tool_call_id=call_id,
+                tool_name=call.name,
+                is_error=outcome.is_error,
+                tool_round_id=self.round_id,
+                completion_seq=seq,
             )
+            await self.commit(message)
             if call.name in self.registry:
                 self.send(encode.tool_call_completed(call_id, outcome.ui_bytes(), self.model_call_id))
-                await let_writer_run()
+            self.published(message, outcome)
+            await let_writer_run()
             completions.append(Completion(call, outcome))
         return completions
 
