@@ -65,7 +65,7 @@ class ModelRequest:
 class RenderedRequest:
     """A provider request body and the prefix meter's view of it, from the same render.
 
-    ``elements`` are the compared elements' JSON texts exactly as they appear in ``body``:
+    ``elements`` are the compared elements' JSON bytes exactly as they appear in ``body``:
     ``head`` leading ones that sit beside the message array (Responses ``instructions``,
     Anthropic ``system``), then the array's (Chat ``messages``, which hold the system message;
     Responses ``input``; Anthropic ``messages``). ``array`` is the byte span of that array in
@@ -74,6 +74,6 @@ class RenderedRequest:
 
     body: bytes = attrs.field(repr=False)
     model: str
-    elements: tuple[str, ...] | None = attrs.field(default=None, repr=False, eq=False)
+    elements: tuple[bytes, ...] | None = attrs.field(default=None, repr=False, eq=False)
     head: int = 0
     array: tuple[int, int] | None = None

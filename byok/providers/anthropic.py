@@ -35,7 +35,7 @@ from byok.model.request import (
     UserTurn,
 )
 from byok.model.usage import Usage
-from byok.providers.rendering import SLOT, assemble, cached, dumps
+from byok.providers.rendering import SLOT, assemble, cached, dumpb
 from byok.providers.replay import saved_list
 from byok.providers.sse import SSEEvent, SSEStreamParser
 
@@ -73,7 +73,7 @@ def render_request(req: ModelRequest) -> RenderedRequest:
     Each merged group's message text is cached, keyed by the group's items.
     """
     s = req.settings
-    messages: list[str] = []
+    messages: list[bytes] = []
     for group in _groups(req.history):
         messages += cached((PROVIDER_KIND, group), _render, group)
     body: dict[str, Any] = {
@@ -120,7 +120,7 @@ def _groups(history: tuple[HistoryItem, ...]) -> list[tuple[HistoryItem, ...]]:
     return groups
 
 
-def _render(group: tuple[HistoryItem, ...]) -> tuple[str]:
+def _render(group: tuple[HistoryItem, ...]) -> tuple[bytes]:
     messages: list[dict[str, Any]] = []
     for item in group:
         if isinstance(item, UserTurn):
@@ -139,7 +139,7 @@ def _render(group: tuple[HistoryItem, ...]) -> tuple[str]:
         else:  # pragma: no cover - HistoryItem is closed
             raise TypeError(f"unknown history item {item!r}")
     (message,) = messages  # one role, so one message
-    return (dumps(message),)
+    return (dumpb(message),)
 
 
 def _append(messages: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -> None:

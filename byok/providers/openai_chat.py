@@ -39,7 +39,7 @@ from byok.providers.http_errors import error_message as _error_message
 from byok.providers.http_errors import http_error as http_error  # re-exported for callers of this module
 from byok.providers.http_errors import retryable_status as _retryable_status
 from byok.providers.rendering import FRAGMENTS as FRAGMENTS  # the shared cache, re-exported
-from byok.providers.rendering import SLOT, assemble, cached, dumps
+from byok.providers.rendering import SLOT, assemble, cached, dumpb
 from byok.providers.sse import SSEEvent, SSEStreamParser
 
 PROVIDER_KIND = "openai_chat"
@@ -56,7 +56,7 @@ def render_request(req: ModelRequest) -> RenderedRequest:
     (never sorted) so identical requests give identical bytes and a longer history only
     appends to ``messages``."""
     s = req.settings
-    elements: list[str] = []
+    elements: list[bytes] = []
     if req.system:
         system = {"role": "system", "content": req.system}
         elements += cached((PROVIDER_KIND, "system", req.system), _render, system, False)
@@ -89,8 +89,8 @@ def render_request(req: ModelRequest) -> RenderedRequest:
     return assemble(body, "messages", elements, (key for key, _ in s.extra_body))
 
 
-def _render(item: HistoryItem | dict[str, Any], replay_on_tool_turns: bool) -> tuple[str]:
-    return (dumps(_message(item, replay_on_tool_turns)),)
+def _render(item: HistoryItem | dict[str, Any], replay_on_tool_turns: bool) -> tuple[bytes]:
+    return (dumpb(_message(item, replay_on_tool_turns)),)
 
 
 def _message(item: HistoryItem | dict[str, Any], replay_on_tool_turns: bool) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from byok.model.request import (
     UserTurn,
 )
 from byok.model.usage import Usage
-from byok.providers.rendering import SLOT, assemble, cached, dumps
+from byok.providers.rendering import SLOT, assemble, cached, dumpb
 from byok.providers.replay import saved_list
 from byok.providers.sse import SSEEvent, SSEStreamParser
 
@@ -57,7 +57,7 @@ def render_request(req: ModelRequest) -> RenderedRequest:
     construction and each history item serializes on its own (cached), so a longer history
     only appends to ``input``."""
     s = req.settings
-    items: list[str] = []
+    items: list[bytes] = []
     for item in req.history:
         items += cached((PROVIDER_KIND, item), _render, item)
     body: dict[str, Any] = {
@@ -90,15 +90,15 @@ def render_request(req: ModelRequest) -> RenderedRequest:
     return assemble(body, "input", items, (key for key, _ in s.extra_body))
 
 
-def _render(item: HistoryItem) -> list[str]:
+def _render(item: HistoryItem) -> list[bytes]:
     """The ``input`` items of one history item (an assistant turn may give several, or none)."""
     if isinstance(item, UserTurn):
-        return [dumps({"role": "user", "content": item.text})]
+        return [dumpb({"role": "user", "content": item.text})]
     if isinstance(item, AssistantTurn):
-        return [dumps(i) for i in _assistant_items(item)]
+        return [dumpb(i) for i in _assistant_items(item)]
     if isinstance(item, ToolResultTurn):
         # No is_error flag in this API; the output text itself says what went wrong.
-        return [dumps({"type": "function_call_output", "call_id": item.call_id, "output": item.content})]
+        return [dumpb({"type": "function_call_output", "call_id": item.call_id, "output": item.content})]
     raise TypeError(f"unknown history item {item!r}")  # pragma: no cover - HistoryItem is closed
 
 

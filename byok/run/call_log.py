@@ -96,22 +96,23 @@ def _redacted(body: bytes, obj: Any) -> bytes:
     return json.dumps(redacted, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-# What a key _secret_key accepts looks like in JSON text: ending in api_key / api-key /
-# authorization or being apikey, then its closing quote and a colon (inside a string a quote is
-# escaped, so text that merely mentions api_key does not match). IGNORECASE also folds the
-# Kelvin sign that str.lower() turns into "k". A key could also be spelled with \u escapes: any
-# escape but a control character's (the only ones ensure_ascii=False writes) may be one.
-_MAY_BE_SECRET = re.compile(
-    r'(?:api[_-]?key|authorization)"\s*:|(?<!\\)(?:\\\\)*\\u(?!00[01])', re.IGNORECASE
-)
+# What a key _secret_key accepts looks like in JSON text once lowercased: ending in api_key /
+# api-key / authorization or being apikey, then its closing quote and a colon (inside a string a
+# quote is escaped, so text that merely mentions api_key does not match). A key could also be
+# spelled with \u escapes: any escape but a control character's (the only ones
+# ensure_ascii=False writes) may be one.
+_KEY_NEEDLES = (b'api_key"', b'api-key"', b'apikey"', b'authorization"')
+_SECRET_KEY = re.compile(rb'(?:api[_-]?key|authorization)"[ \t\n\r]*:')
+_KEY_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*\\u(?!00[01])")
+_KELVIN = "\u212a".encode()  # str.lower() makes it "k"; bytes.lower() does not
 
 
-def _may_hold_secret_text(text: str) -> bool:
-    return _MAY_BE_SECRET.search(text) is not None
-
-
-def _may_hold_secret(body: bytes) -> bool:
-    return _may_hold_secret_text(body.decode("utf-8", "replace"))
+def _may_hold_secret(data: bytes) -> bool:
+    """Whether JSON text ``data`` may have a key _secret_key accepts (no false negatives)."""
+    if b"\\u" in data and _KEY_ESCAPE.search(data) is not None:
+        return True
+    low = data.decode("utf-8", "replace").lower().encode() if _KELVIN in data else data.lower()
+    return any(needle in low for needle in _KEY_NEEDLES) and _SECRET_KEY.search(low) is not None
 
 
 def request_messages(obj: Any) -> list[Any] | None:
@@ -127,22 +128,26 @@ def request_messages(obj: Any) -> list[Any] | None:
     return None
 
 
-# Element text -> (SHA-256 of its UTF-8 bytes, whether it may hold a secret key). Keyed by the
-# adapters' cached texts, so a long conversation hashes only its new messages. Finalize threads
-# of several CallLogs may share it.
+# Element bytes -> (their SHA-256, whether they may hold a secret key). Keyed by the adapters'
+# cached texts, so a long conversation hashes only its new messages. The finalize threads of
+# several CallLogs may share it.
 ELEMENT_DIGESTS: SizedLru[tuple[bytes, bool]] = SizedLru(24 * 2**20)
 _DIGESTS_LOCK = threading.Lock()
 
 
-def element_digests(elements: Sequence[str]) -> tuple[tuple[bytes, ...], bool]:
-    """Each element's SHA-256 (of its JSON bytes as sent), and whether any may hold a secret."""
+def element_digests(elements: Sequence[bytes], memo: bool = True) -> tuple[tuple[bytes, ...], bool]:
+    """Each element's SHA-256 (of its JSON bytes as sent), and whether any may hold a secret.
+    ``memo=False`` for elements cut from a body: caching them would pin a copy of the history."""
+    if not memo:
+        digests = tuple(hashlib.sha256(e).digest() for e in elements)
+        return digests, any(_may_hold_secret(e) for e in elements)
     out: list[bytes] = []
     secret = False
     with _DIGESTS_LOCK:
         for text in elements:
             hit = ELEMENT_DIGESTS.get(text)
             if hit is None:
-                hit = (hashlib.sha256(text.encode()).digest(), _may_hold_secret_text(text))
+                hit = (hashlib.sha256(text).digest(), _may_hold_secret(text))
                 ELEMENT_DIGESTS.put(text, hit, len(text) + 150)
             out.append(hit[0])
             secret = secret or hit[1]
@@ -155,7 +160,8 @@ def message_hashes(body: bytes | None) -> tuple[bytes, ...] | None:
     split = None if body is None else split_body(body)
     if split is None or split.elements is None:
         return None
-    return element_digests(split.elements)[0]
+    # Not memoised: cut from a body, they would pin a copy of the history.
+    return tuple(hashlib.sha256(e).digest() for e in split.elements)
 
 
 _REDACTED_JSON = b'"' + REDACTED.encode() + b'"'
@@ -238,13 +244,14 @@ def finalize_and_hash(rec: LlmCallRecord) -> tuple[LlmCallRecord, tuple[bytes, .
         return attrs.evolve(rec, rendered=None), message_hashes(rec.request_body)
     body = rec.request_body
     shape = rec.rendered
-    if shape is None or shape.body is not body:
+    ours = shape is not None and shape.body is body
+    if not ours:
         shape = split_body(body)
     hashes: tuple[bytes, ...] | None = None
     secret = True
     messages_sha256 = hashlib.sha256(b"[]")  # no message array
     if shape is not None and shape.elements is not None and shape.array is not None:
-        hashes, secret = element_digests(shape.elements)
+        hashes, secret = element_digests(shape.elements, memo=ours)
         start, end = shape.array
         view = memoryview(body)
         if not secret:  # the elements are checked; the rest of the body is small
