@@ -17,9 +17,9 @@ def _nested_text(outer: int, inner: int, text: str) -> bytes:
     """AgentServerMessage{interaction_update(1){<inner>{text(1)}}} encoded by hand: the hot path
     (one per streamed delta), byte-identical to the betterproto2 encoding (tested)."""
     t = text.encode()
-    leaf = b"\x0a" + _varint(len(t)) + t if t else b""  # proto3 omits an empty string
-    mid = bytes([inner << 3 | 2]) + _varint(len(leaf)) + leaf
-    return bytes([outer << 3 | 2]) + _varint(len(mid)) + mid
+    leaf = b"\x0a" + varint(len(t)) + t if t else b""  # proto3 omits an empty string
+    mid = bytes([inner << 3 | 2]) + varint(len(leaf)) + leaf
+    return bytes([outer << 3 | 2]) + varint(len(mid)) + mid
 
 
 def encode_emit(emit: em.Emit) -> bytes:
@@ -59,28 +59,28 @@ def turn_ended_empty() -> bytes:
 def checkpoint(state: bytes) -> bytes:
     """Wrap an already-encoded ConversationStateStructure without re-encoding it."""
     # AgentServerMessage.conversation_checkpoint_update = 3, length-delimited.
-    return b"\x1a" + _varint(len(state)) + state
+    return b"\x1a" + varint(len(state)) + state
 
 
 def set_blob(kv_id: int, blob_id: bytes, data: bytes) -> bytes:
     """AgentServerMessage{kv_server_message(4){id(1), set_blob_args(3){blob_id(1), blob_data(2)}}}
     by hand: a blob can be megabytes, copied once here (byte-identical to betterproto2, tested)."""
-    args = _field(1, blob_id) + (b"\x12" + _varint(len(data)) if data else b"")
+    args = _field(1, blob_id) + (b"\x12" + varint(len(data)) if data else b"")
     args_len = len(args) + len(data)
-    kv = (b"\x08" + _varint(kv_id) if kv_id else b"") + b"\x1a" + _varint(args_len)
+    kv = (b"\x08" + varint(kv_id) if kv_id else b"") + b"\x1a" + varint(args_len)
     kv_len = len(kv) + args_len
-    return b"".join((b"\x22", _varint(kv_len), kv, args, data))
+    return b"".join((b"\x22", varint(kv_len), kv, args, data))
 
 
 def tool_call_completed(call_id: str, tool_call: bytes, model_call_id: str) -> bytes:
     """interaction_update.tool_call_completed around an already-encoded agent.ToolCall (a Read's
     card can be megabytes: it is encoded once, then wrapped; byte-identical, tested)."""
     # ToolCallCompletedUpdate{call_id(1), tool_call(2), model_call_id(3)}
-    head = _field(1, call_id.encode()) + b"\x12" + _varint(len(tool_call))
+    head = _field(1, call_id.encode()) + b"\x12" + varint(len(tool_call))
     tail = _field(3, model_call_id.encode())
     inner = len(head) + len(tool_call) + len(tail)
-    update = b"\x1a" + _varint(inner)  # InteractionUpdate.tool_call_completed = 3
-    return b"".join((b"\x0a", _varint(len(update) + inner), update, head, tool_call, tail))
+    update = b"\x1a" + varint(inner)  # InteractionUpdate.tool_call_completed = 3
+    return b"".join((b"\x0a", varint(len(update) + inner), update, head, tool_call, tail))
 
 
 def read_card(args: agent.ReadToolArgs, success: agent.ReadToolSuccess) -> bytes:
@@ -96,20 +96,20 @@ def read_card(args: agent.ReadToolArgs, success: agent.ReadToolSuccess) -> bytes
         )
     text = success.content.encode()
     rest = bytes(dataclasses.replace(success, content=None))
-    content_head = b"\x0a" + _varint(len(text))  # ReadToolSuccess.content = 1
+    content_head = b"\x0a" + varint(len(text))  # ReadToolSuccess.content = 1
     size = len(rest) + len(content_head) + len(text)
-    result_head = b"\x0a" + _varint(size)  # ReadToolResult.success = 1
+    result_head = b"\x0a" + varint(size)  # ReadToolResult.success = 1
     size += len(result_head)
-    args_field = b"\x0a" + _varint(len(a := bytes(args))) + a  # ReadToolCall.args = 1
-    call_head = args_field + b"\x12" + _varint(size)  # ReadToolCall.result = 2
+    args_field = b"\x0a" + varint(len(a := bytes(args))) + a  # ReadToolCall.args = 1
+    call_head = args_field + b"\x12" + varint(size)  # ReadToolCall.result = 2
     size += len(call_head)
-    tool_head = b"\x42" + _varint(size)  # ToolCall.read_tool_call = 8
+    tool_head = b"\x42" + varint(size)  # ToolCall.read_tool_call = 8
     return b"".join((tool_head, call_head, result_head, rest, content_head, text))
 
 
 def tool_step(tool_call: bytes) -> bytes:
     """agent.ConversationStep{tool_call(2)} around an already-encoded agent.ToolCall."""
-    return b"".join((b"\x12", _varint(len(tool_call)), tool_call))
+    return b"".join((b"\x12", varint(len(tool_call)), tool_call))
 
 
 def get_blob(kv_id: int, blob_id: bytes) -> bytes:
@@ -124,10 +124,10 @@ def get_blob(kv_id: int, blob_id: bytes) -> bytes:
 
 def _field(number: int, value: bytes) -> bytes:
     """A length-delimited field; proto3 leaves an empty string or bytes field out."""
-    return bytes([number << 3 | 2]) + _varint(len(value)) + value if value else b""
+    return bytes([number << 3 | 2]) + varint(len(value)) + value if value else b""
 
 
-def _varint(n: int) -> bytes:
+def varint(n: int) -> bytes:
     out = bytearray()
     while True:
         b = n & 0x7F

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import attrs
 
+from byok.cursor.encode import varint
+
 # Field numbers along the path AgentClientMessage.run_request(1) -> AgentRunRequest
 # .conversation_state(1) -> ConversationStateStructure.{root_prompt_messages_json(1), turns(8)}.
 _RUN_REQUEST = 1
@@ -82,16 +84,7 @@ def _fields(data: bytes, start: int, end: int) -> list[tuple[int, int, int, int,
 
 
 def _len_record(number: int, payload: bytes) -> bytes:
-    return _encode_varint(number << 3 | _LEN) + _encode_varint(len(payload)) + payload
-
-
-def _encode_varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    return varint(number << 3 | _LEN) + varint(len(payload)) + payload
 
 
 def _only(records: list[tuple[int, int, int, int, int]], number: int) -> tuple[int, int, int, int, int]:

@@ -19,7 +19,7 @@ Role = Literal["system", "user", "assistant", "tool"]
 Origin = Literal["user", "runtime", "assistant", "tool"]
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)  # hashed for every history item's cache lookup, every call
 class ReplayState:
     """Opaque continuation state a provider asked to get back (reasoning_content, encrypted
     reasoning items, thinking signatures). Only the adapter of ``provider_kind`` reads ``data``."""
@@ -28,7 +28,7 @@ class ReplayState:
     data: str  # JSON text owned by the adapter
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class ToolCall:
     call_id: str
     name: str

@@ -20,12 +20,14 @@ class ToolSpec:
     parameters_json: str  # JSON Schema text, canonical
 
 
-@attrs.frozen
+# History items key the adapters' render cache: their hashes are computed once per object, and
+# projection hands out the same objects for the same messages (see projection.project).
+@attrs.frozen(cache_hash=True)
 class UserTurn:
     text: str
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class AssistantTurn:
     text: str
     thinking: str = ""
@@ -33,7 +35,7 @@ class AssistantTurn:
     tool_calls: tuple[ToolCall, ...] = ()  # original provider order
 
 
-@attrs.frozen
+@attrs.frozen(cache_hash=True)
 class ToolResultTurn:
     call_id: str
     name: str

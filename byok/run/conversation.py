@@ -14,28 +14,30 @@ class ConversationMemory:
     """What the daemon remembers about a conversation's client between runs.
 
     ``acked`` are the blob ids the client's KV store acknowledged (a restart forgets them; the
-    client's checkpoint tells them again). ``root_ids`` maps a message id to its root blob's id
-    for every message a checkpoint listed; ``roots`` holds whole root blobs only until the client
-    ACKs them: an idle 5,000-message conversation keeps ids (~1 MiB), not its content (~8 MiB).
+    client's checkpoint tells them again). ``root_ids`` maps the id of every message a
+    checkpoint listed to its root blob without data (made once: every checkpoint lists every
+    root, and thousands of fresh Blobs per publish fed the cyclic GC). ``roots`` holds whole root
+    blobs only until the client ACKs them: an idle 5,000-message conversation keeps ids
+    (~1 MiB), not its content (~8 MiB).
     """
 
     acked: set[bytes] = attrs.Factory(set)
-    root_ids: dict[bytes, bytes] = attrs.Factory(dict)
+    root_ids: dict[bytes, Blob] = attrs.Factory(dict)
     roots: dict[bytes, Blob] = attrs.Factory(dict)
 
     def root_of(self, message: Message, *, with_data: bool = False) -> Blob:
         """``message``'s root blob. Once the client holds it, only its id is needed (a checkpoint
         lists it and KvLink.put skips it), so the data comes back empty unless ``with_data``."""
         key = message.id
-        root_id = self.root_ids.get(key)
-        if root_id is not None and root_id in self.acked:
+        held = self.root_ids.get(key)
+        if held is not None and held.id in self.acked:
             self.roots.pop(key, None)
             if not with_data:
-                return Blob(root_id, b"")
+                return held
         blob = self.roots.get(key)
         if blob is None:
             blob = root_blob(message)
-            self.root_ids[key] = blob.id
+            self.root_ids[key] = Blob(blob.id, b"")
             if blob.id not in self.acked:
                 self.roots[key] = blob
         return blob

@@ -58,7 +58,7 @@ from byok.run.crash import crash_point
 from byok.run.history import StartFailed, fetch_turn, import_history, resume_point
 from byok.run.kv import KvFailure, KvLink
 from byok.run.provider_call import CallContext, ProviderCallFailed, call_model
-from byok.run.slot import RunSlot, let_writer_run
+from byok.run.slot import RunSlot, let_ready_tasks_run
 from byok.run.tool_round import ExecRouter, ToolRound
 from byok.store import AsyncStore, RunExists, SQLiteStore, StaleRevision
 from byok.store.records import Head
@@ -436,7 +436,7 @@ class Run:
         await self._put_blobs(settled.blobs)
         self.slot.send(encode.checkpoint(settled.state))
         crash_point("settled_checkpoint_sent")
-        await let_writer_run()
+        await let_ready_tasks_run()
         return turn
 
     async def _publish_final(self, turn: TurnRecord) -> None:

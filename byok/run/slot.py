@@ -95,11 +95,11 @@ class RunSlot:
         return self._attached is not None
 
 
-async def let_writer_run() -> None:
-    """Let the stream writer, woken by frames just queued, write them before the calling task
-    goes on with CPU-heavy work (hashing a checkpoint, building the next provider request). Trio
-    runs a batch of ready tasks in either order: the writer was ready before our first checkpoint,
-    so it has had its turn by the time the second returns."""
+async def let_ready_tasks_run() -> None:
+    """Let the tasks that are ready now run before the caller goes on with CPU-heavy work: the
+    stream writer woken by frames just queued, before hashing a checkpoint or building the next
+    provider request. Trio runs a batch of ready tasks in either order; they were ready before
+    our first checkpoint, so they have had their turn when the second returns."""
     await trio.lowlevel.checkpoint()
     await trio.lowlevel.checkpoint()
 

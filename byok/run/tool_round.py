@@ -32,7 +32,7 @@ from byok.cursor.tools.base import (
 )
 from byok.model.messages import Message, ToolCall
 from byok.pb.agent import v1 as agent
-from byok.run.slot import let_writer_run
+from byok.run.slot import let_ready_tasks_run
 
 log = logging.getLogger("byok.tools")
 
@@ -202,7 +202,7 @@ class ToolRound:
             if call.name in self.registry:
                 self.send(encode.tool_call_completed(call_id, outcome.ui_bytes(), self.model_call_id))
             self.published(message, outcome)
-            await let_writer_run()
+            await let_ready_tasks_run()
             completions.append(Completion(call, outcome))
         return completions
 

@@ -689,7 +689,7 @@ async def test_5_long_conversation(tmp_path: Path, nursery: trio.Nursery) -> Non
     # per-element hashes) is derived from the render's elements on the call log's own thread;
     # a body without its render (a stored one, after a restart) is walked instead.
     rendered = adapter.render(request)
-    record = LlmCallRecord("r", LONG_CONV, "p", "", body, "", "", "ok", 0, rendered=rendered)
+    record = LlmCallRecord("r", LONG_CONV, "p", "", rendered.body, "", "", "ok", 0, rendered=rendered)
     post_s, _ = timed(lambda: finalize_and_hash(record), reps=3)
 
     def post_cold() -> object:

@@ -328,3 +328,24 @@ def test_changing_one_message_changes_only_its_own_root_id(
     assert len(before) == len(after)
     diff = [j for j, (x, y) in enumerate(zip(before, after, strict=True)) if x != y]
     assert diff == [i + 1]  # +1: the system root comes first
+
+
+@given(
+    stable=st.lists(st.text(max_size=30).map(user), max_size=12),
+    pending=st.lists(st.text(max_size=30).map(assistant), max_size=2),
+    prior_turns=st.lists(st.binary(max_size=40), max_size=6),
+    with_turn=st.booleans(),
+    mode=st.sampled_from(list(agent.AgentMode)),
+)
+def test_the_state_bytes_are_what_betterproto2_writes(
+    stable: list[Message],
+    pending: list[Message],
+    prior_turns: list[bytes],
+    with_turn: bool,
+    mode: agent.AgentMode,
+) -> None:
+    """The id lists are hand-encoded: the bytes must still be betterproto2's, entry for entry
+    (ids of any length, empty ones included)."""
+    turn = TurnRecord("req-1", USER_MSG).with_step(assistant_step("done")) if with_turn else None
+    cp = build(stable=stable, pending=pending, prior_turns=prior_turns, turn=turn, mode=mode)
+    assert bytes(agent.ConversationStateStructure.parse(cp.state)) == cp.state
