@@ -29,6 +29,7 @@ from byok.providers.retry import stream_with_retries
 from byok.providers.runner import CallStats, StreamParser
 from byok.run.call_log import CallLog, cache_hit_share, error_kind
 from byok.run.crash import crash_point
+from byok.run.slot import let_ready_tasks_run
 from byok.store import AsyncStore, LlmCallRecord
 
 log = logging.getLogger("byok.provider")
@@ -67,33 +68,48 @@ async def call_model(ctx: CallContext, request: ModelRequest) -> ModelCallResult
     call = ModelCall(model_call_id=str(uuid.uuid4()))
     streams: dict[str, ArgsStream] = {}
 
+    shown = False  # some frame of this call went to the client
+
+    def send(frame: bytes) -> None:
+        nonlocal shown
+        shown = True
+        ctx.send(frame)
+
     def show(emit: em.Emit) -> None:
         match emit:
             case em.ToolCallOpened(call_id=cid, name=name, model_call_id=mcid):
                 tool = ctx.registry.get(name)
                 if tool is None:
                     return  # no card type for an unknown tool; the model gets an error result
-                ctx.send(tool_frames.partial(cid, tool.tool_call(tool.placeholder()), mcid))
+                send(tool_frames.partial(cid, tool.tool_call(tool.placeholder()), mcid))
                 if tool.args_stream is not None:
                     streams[cid] = tool.args_stream()
             case em.ToolArgsOut(call_id=cid, name=name, delta=delta, model_call_id=mcid):
                 tool = ctx.registry.get(name)
                 if tool is None:
                     return
-                ctx.send(tool_frames.partial(cid, tool.tool_call(tool.placeholder()), mcid, delta))
+                send(tool_frames.partial(cid, tool.tool_call(tool.placeholder()), mcid, delta))
                 stream = streams.get(cid)
                 if stream is not None:
                     for d in stream.feed(delta):
-                        ctx.send(tool_frames.delta(cid, d, mcid))
+                        send(tool_frames.delta(cid, d, mcid))
             case _:
-                ctx.send(encode.encode_emit(emit))
+                send(encode.encode_emit(emit))
+
+    flushed_first = False
 
     async def on_events(events: list[ev.ModelEvent]) -> None:
+        nonlocal flushed_first
         now = trio.current_time()
         for event in events:
             for emit in call.handle(event, now):
                 show(emit)
                 crash_point("provider_mid_stream")
+        if shown and not flushed_first:
+            # The call's first visible output: let the stream writer put it on the wire before
+            # this task parses the rest of the stream and commits (the time to first token).
+            flushed_first = True
+            await let_ready_tasks_run()
 
     trace = _Attempts()
 
