@@ -129,6 +129,8 @@ class CursorSim:
         self.executor = executor
         self.exec_delay = exec_delay  # seconds to hold a given exec before running it
         self.on_exec = on_exec  # fault injection: messages to send instead of executing (None: execute)
+        # How a frame's payload is decoded; benchmarks swap in one that skips what they don't read.
+        self.parse_frame: Callable[[bytes], agent.AgentServerMessage] = agent.AgentServerMessage.parse
 
     async def append(self, request_id: str, seqno: int, msg: agent.AgentClientMessage) -> httpx.Response:
         req = aiserver.BidiAppendRequest(
@@ -223,7 +225,7 @@ class CursorSim:
                         if frame.end_stream:
                             tr.end_stream = json.loads(frame.payload)
                             return
-                        msg = agent.AgentServerMessage.parse(frame.payload)
+                        msg = self.parse_frame(frame.payload)
                         rec = Recorded(msg, frame_kind(msg), frozenset(acked))
                         tr.frames.append(rec)
                         on_exec_frame(msg, execs)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 from typing import Any
 
 import betterproto2
@@ -47,30 +48,38 @@ def _value_ok(proto_type: str, value: Any, depth: int) -> bool:
     return allowed is None or isinstance(value, allowed)
 
 
+@functools.cache
+def _plan(cls: type) -> tuple[tuple[str, str, Any, bool], ...]:
+    """(field name, proto type, map meta, repeated) of each proto field of a message class."""
+    plan = []
+    for f in dataclasses.fields(cls):
+        meta = f.metadata.get("betterproto")
+        if meta is not None:
+            plan.append((f.name, meta.proto_type, meta.map_meta, meta.repeated))
+    return tuple(plan)
+
+
 def well_typed(msg: betterproto2.Message, depth: int = 0) -> bool:
     if depth > MAX_DEPTH:
         return False
-    for f in dataclasses.fields(msg):  # type: ignore[arg-type]
-        meta = f.metadata.get("betterproto")
-        if meta is None:
-            continue
-        value = getattr(msg, f.name)
+    for name, proto_type, map_meta, repeated in _plan(type(msg)):
+        value = getattr(msg, name)
         if value is None:
             continue
-        if meta.map_meta is not None:
+        if map_meta is not None:
             if not isinstance(value, dict):
                 return False
-            key_meta, value_meta = meta.map_meta
+            key_meta, value_meta = map_meta
             for k, v in value.items():
                 if not _value_ok(key_meta.proto_type, k, depth) or not _value_ok(
                     value_meta.proto_type, v, depth
                 ):
                     return False
             continue
-        if meta.repeated:
-            if not isinstance(value, list) or not all(_value_ok(meta.proto_type, v, depth) for v in value):
+        if repeated:
+            if not isinstance(value, list) or not all(_value_ok(proto_type, v, depth) for v in value):
                 return False
             continue
-        if not _value_ok(meta.proto_type, value, depth):
+        if not _value_ok(proto_type, value, depth):
             return False
     return True

@@ -14,6 +14,7 @@ from byok.pb.aiserver import v1 as aiserver
 from byok.store import SQLiteStore
 from tests.integration.conftest import Daemon
 from tests.support.fake_provider import chat_text_script, error_script
+from tests.support.run_driver import wait_run_ended
 
 TAIL = [
     "interaction_update.turn_ended",
@@ -107,15 +108,19 @@ async def test_text_turn_frame_order_and_checkpoints(daemon: Daemon) -> None:
     assert req.json["messages"][0]["role"] == "system"
     assert "say hello" in req.json["messages"][1]["content"]
 
-    # Persisted: runtime message + assistant message, run success with usage.
+    # Persisted: runtime message + assistant message, run success with usage. EndStream goes out
+    # before the run's terminal state and its call record are written: wait for both.
+    run = await wait_run_ended(daemon.data_dir, "req-1")
+    assert run.status == "success"
+    assert run.usage is not None and run.usage.input_tokens == 120
     with SQLiteStore.open_in(daemon.data_dir) as store:
         head = store.head("conv-1")
         assert [m.role for m in head.messages] == ["user", "assistant"]
         assert head.messages[0].origin == "runtime"
         assert head.messages[1].text == "Hello, world"
-        run = store.run("req-1")
-        assert run is not None and run.status == "success"
-        assert run.usage is not None and run.usage.input_tokens == 120
+        with trio.fail_after(5):
+            while not store.llm_calls("req-1"):
+                await trio.sleep(0.01)
         (call,) = store.llm_calls("req-1")
         assert call.status == "ok" and call.http_status == 200
         assert call.request_sha256 == hashlib.sha256(req.body).hexdigest()
