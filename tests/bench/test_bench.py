@@ -868,6 +868,16 @@ async def test_5_long_conversation(tmp_path: Path, nursery: trio.Nursery) -> Non
                 phase = "after"
                 await trio.sleep(0.5)
                 n.cancel_scope.cancel()
+            # One direct sample of a 5.7 MB request swings by 100 ms with the harness's own GC and
+            # JSON parse of it: take the median of a few.
+            directs = {}
+            for label, sample_ in (("cold", cold), ("warm", warm)):
+                body = b.provider.requests[sample_.provider_index].body
+                times = []
+                for _ in range(5):
+                    b.provider.enqueue(chat_text_script(["Hello", " world"]))
+                    times.append(await direct_first_content(b.client, b.provider_url, body))
+                directs[label] = statistics.median(times)
         PREFIX.add(
             "5 long-conv", [b.provider.requests[i].body for i in (cold.provider_index, warm.provider_index)]
         )
@@ -877,18 +887,18 @@ async def test_5_long_conversation(tmp_path: Path, nursery: trio.Nursery) -> Non
     report(
         "5 long conv",
         "added TTFT, first turn after a restart (cold)",
-        ms(cold.added),
+        ms(cold.via - directs["cold"]),
         "ms",
         note=f"via {ms(cold.via):.0f} ms (run_request -> provider request {ms(cold.precall):.0f} ms), "
-        f"direct {ms(cold.direct):.0f} ms",
+        f"direct median of 5 {ms(directs['cold']):.0f} ms",
     )
     report(
         "5 long conv",
         "added TTFT, next turn (warm)",
-        ms(warm.added),
+        ms(warm.via - directs["warm"]),
         "ms",
         note=f"via {ms(warm.via):.0f} ms (run_request -> provider request {ms(warm.precall):.0f} ms), "
-        f"direct {ms(warm.direct):.0f} ms",
+        f"direct median of 5 {ms(directs['warm']):.0f} ms",
     )
     report("5 long conv", "  first turn after a restart, whole turn (with its checkpoint)", turn1_s, "s")
     report(
