@@ -115,19 +115,6 @@ def _may_hold_secret(data: bytes) -> bool:
     return any(needle in low for needle in _KEY_NEEDLES) and _SECRET_KEY.search(low) is not None
 
 
-def request_messages(obj: Any) -> list[Any] | None:
-    """The elements the prefix meter compares, or None when ``obj`` has no message array."""
-    if not isinstance(obj, dict):
-        return None
-    if isinstance(obj.get("input"), list):  # OpenAI Responses
-        head = [obj["instructions"]] if "instructions" in obj else []
-        return head + obj["input"]
-    if isinstance(obj.get("messages"), list):  # Chat (system inside), Anthropic (system beside)
-        head = [obj["system"]] if "system" in obj else []
-        return head + obj["messages"]
-    return None
-
-
 # Element bytes -> (their SHA-256, whether they may hold a secret key). Keyed by the adapters'
 # cached texts, so a long conversation hashes only its new messages. The finalize threads of
 # several CallLogs may share it.

@@ -17,6 +17,7 @@ from byok.model.events import ProviderError
 from byok.model.usage import Usage
 from byok.providers import anthropic, openai_chat, openai_responses
 from byok.providers.http_errors import http_error
+from byok.providers.rendering import split_body
 from byok.providers.runner import _transport_error
 from byok.run.call_log import (
     REDACTED,
@@ -25,7 +26,6 @@ from byok.run.call_log import (
     error_kind,
     message_hashes,
     redact_body,
-    request_messages,
 )
 
 
@@ -89,14 +89,19 @@ def test_messages_compare_as_serialized_bytes_per_element() -> None:
 
 
 def test_compared_elements_per_provider_kind() -> None:
-    assert request_messages({"model": "m", "messages": [SYS, U1]}) == [SYS, U1]
+    def elements(obj: dict[str, Any]) -> list[Any] | None:
+        found = split_body(json.dumps(obj).encode())
+        assert found is not None
+        return None if found.elements is None else [json.loads(e) for e in found.elements]
+
+    assert elements({"model": "m", "messages": [SYS, U1]}) == [SYS, U1]
     # Anthropic: the system prompt sits beside messages and is compared as element 0.
-    assert request_messages({"system": "be brief", "messages": [U1]}) == ["be brief", U1]
+    assert elements({"system": "be brief", "messages": [U1]}) == ["be brief", U1]
     # Responses: instructions (the system prompt) as element 0, then the input items.
     item = {"type": "message", "role": "user", "content": "hi"}
-    assert request_messages({"instructions": "be brief", "input": [item]}) == ["be brief", item]
-    assert request_messages({"input": [item]}) == [item]
-    assert request_messages({"model": "m"}) is None
+    assert elements({"instructions": "be brief", "input": [item]}) == ["be brief", item]
+    assert elements({"input": [item]}) == [item]
+    assert elements({"model": "m"}) is None
     assert message_hashes(None) is None
     assert message_hashes(b"not json") is None
 
