@@ -35,7 +35,7 @@ from byok.model.request import (
     UserTurn,
 )
 from byok.model.usage import Usage
-from byok.providers.rendering import SLOT, assemble, cached, dumpb
+from byok.providers.rendering import SLOT, assemble, cached, dumpb, schema
 from byok.providers.replay import saved_list
 from byok.providers.sse import SSEEvent, SSEStreamParser
 
@@ -86,7 +86,7 @@ def render_request(req: ModelRequest) -> RenderedRequest:
     body["messages"] = SLOT
     if req.tools:
         body["tools"] = [
-            {"name": t.name, "description": t.description, "input_schema": json.loads(t.parameters_json)}
+            {"name": t.name, "description": t.description, "input_schema": schema(t.parameters_json)}
             for t in req.tools
         ]
     # Last, so per-provider configuration can add (or deliberately override) anything.

@@ -39,7 +39,7 @@ from byok.providers.http_errors import error_message as _error_message
 from byok.providers.http_errors import http_error as http_error  # re-exported for callers of this module
 from byok.providers.http_errors import retryable_status as _retryable_status
 from byok.providers.rendering import FRAGMENTS as FRAGMENTS  # the shared cache, re-exported
-from byok.providers.rendering import SLOT, assemble, cached, dumpb
+from byok.providers.rendering import SLOT, assemble, cached, dumpb, schema
 from byok.providers.sse import SSEEvent, SSEStreamParser
 
 PROVIDER_KIND = "openai_chat"
@@ -76,7 +76,7 @@ def render_request(req: ModelRequest) -> RenderedRequest:
                 "function": {
                     "name": t.name,
                     "description": t.description,
-                    "parameters": json.loads(t.parameters_json),
+                    "parameters": schema(t.parameters_json),
                 },
             }
             for t in req.tools

@@ -36,7 +36,7 @@ from byok.model.request import (
     UserTurn,
 )
 from byok.model.usage import Usage
-from byok.providers.rendering import SLOT, assemble, cached, dumpb
+from byok.providers.rendering import SLOT, assemble, cached, dumpb, schema
 from byok.providers.replay import saved_list
 from byok.providers.sse import SSEEvent, SSEStreamParser
 
@@ -76,7 +76,7 @@ def render_request(req: ModelRequest) -> RenderedRequest:
                 "type": "function",
                 "name": t.name,
                 "description": t.description,
-                "parameters": json.loads(t.parameters_json),
+                "parameters": schema(t.parameters_json),
                 # This API defaults to strict schemas, which reject optional properties.
                 "strict": False,
             }

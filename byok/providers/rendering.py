@@ -15,6 +15,7 @@ walked with ``JSONDecoder.raw_decode``.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable, Hashable, Iterable
@@ -40,6 +41,13 @@ def dumps(obj: Any) -> str:
     if _C_ENCODER is None or isinstance(obj, str):
         return _ENCODER.encode(obj)  # pragma: no cover - CPython has the C encoder
     return "".join(_C_ENCODER(obj, 0))
+
+
+@functools.lru_cache(maxsize=256)
+def schema(parameters_json: str) -> Any:
+    """A tool's parameters JSON Schema, parsed once per text (every request carries every tool).
+    Shared between requests: only ever serialised, never changed."""
+    return json.loads(parameters_json)
 
 
 def dumpb(obj: Any) -> bytes:
