@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import signal
@@ -57,6 +58,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
             async with trio.open_nursery() as nursery:
                 started = await nursery.start(_daemon_task, config, nursery.cancel_scope)
                 stop: Callable[[], None] | None = started[1]
+                # Everything loaded so far (modules, thousands of generated protobuf classes,
+                # prompts, the server) lives as long as the process: keep the cyclic GC from
+                # scanning it again in every full collection (a 57 ms pause mid-turn, measured).
+                gc.collect()
+                gc.freeze()
                 async for signum in signals:
                     if stop is None:
                         log.info("second signal: cancelling now")
