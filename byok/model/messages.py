@@ -10,9 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import attrs
+
+T = TypeVar("T")
 
 Role = Literal["system", "user", "assistant", "tool"]
 # Where a message came from; a runtime message is projected with role "user" but is not user input.
@@ -154,8 +156,31 @@ class Message:
             )
         )
 
+    def derived(self, key: str, make: Callable[[Message], T]) -> T:
+        """A value computed from this (immutable) message once and kept with it, under ``key``
+        (e.g. its provider-neutral history item)."""
+        value = self._memo.get(key)
+        if value is None:
+            value = self._memo[key] = make(self)
+        return value  # type: ignore[no-any-return]
+
+    @property
+    def encoded_size(self) -> int:
+        """Bytes of encode() this message holds, 0 when it has not been encoded."""
+        data = self._memo.get("encoded")
+        return 0 if data is None else len(data)
+
     @classmethod
-    def decode(cls, data: bytes) -> Message:
+    def decode(cls, data: bytes, *, id: bytes | None = None) -> Message:
+        """The message ``data`` encodes. ``id``: the SHA-256 of ``data`` when the caller has it
+        (a stored row's key), so ``.id`` need not encode and hash the message again."""
+        message = cls._decode(data)
+        if id is not None:
+            message._memo["id"] = id
+        return message
+
+    @classmethod
+    def _decode(cls, data: bytes) -> Message:
         obj = json.loads(data)
         replay = obj.get("replay")
         return cls(

@@ -20,10 +20,7 @@ from byok.model.request import AssistantTurn, HistoryItem, ToolResultTurn, UserT
 
 
 def _item(message: Message, make: Callable[..., HistoryItem], *args: Any) -> HistoryItem:
-    item = message._memo.get("history_item")
-    if item is None:
-        item = message._memo["history_item"] = make(message, *args)
-    return item  # type: ignore[no-any-return]
+    return message.derived("history_item", lambda m: make(m, *args))
 
 
 def _user(m: Message) -> UserTurn:

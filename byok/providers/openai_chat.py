@@ -38,7 +38,6 @@ from byok.model.usage import Usage
 from byok.providers.http_errors import error_message as _error_message
 from byok.providers.http_errors import http_error as http_error  # re-exported for callers of this module
 from byok.providers.http_errors import retryable_status as _retryable_status
-from byok.providers.rendering import FRAGMENTS as FRAGMENTS  # the shared cache, re-exported
 from byok.providers.rendering import SLOT, assemble, cached, dumpb, schema
 from byok.providers.sse import SSEEvent, SSEStreamParser
 

@@ -216,14 +216,10 @@ def error_kind(exc: BaseException | None, http_status: int | None = None) -> str
 # --- the writer -------------------------------------------------------------------------------
 
 
-def finalize_request(rec: LlmCallRecord) -> LlmCallRecord:
-    """Fill in what is derived from the raw request body (off the event loop): the model name,
-    the hashes of what was really sent, and the redacted body that is stored."""
-    return finalize_and_hash(rec)[0]
-
-
 def finalize_and_hash(rec: LlmCallRecord) -> tuple[LlmCallRecord, tuple[bytes, ...] | None]:
-    """finalize_request and the prefix meter's hashes of what was sent. With the render the body
+    """Fill in what is derived from the request body (the model name, the hashes of what was
+    really sent, the redacted body that is stored) and return the prefix meter's hashes of the
+    sent elements beside it. With the render the body
     came from, nothing is parsed: the elements' hashes are memoised, the two whole-body hashes
     run without the GIL, and only a body that may hold a secret key is parsed for redaction.
     Without one (a body from elsewhere) the body is walked once for its elements."""

@@ -64,10 +64,7 @@ def message_size(message: Message) -> int:
         size += len(message.replay.data)
     for call in message.tool_calls:
         size += 200 + len(call.arguments)
-    encoded = message._memo.get("encoded")  # a message appended by this process keeps its bytes
-    if encoded is not None:
-        size += len(encoded)
-    return size
+    return size + message.encoded_size  # a message appended by this process keeps its bytes
 
 
 @attrs.frozen
@@ -359,7 +356,9 @@ class SQLiteStore:
         # instead of a silently shortened history sent to a provider.
         if len(rows) != count or any(row[0] != i for i, row in enumerate(rows)):
             raise StoreError(f"revision {revision_id} is corrupt: expected {count} messages in order")
-        return tuple(_decode(message_id, data) for _, message_id, data in rows)
+        # The row's key is SHA-256 of these very bytes: a checkpoint need not re-encode the whole
+        # history (and keep a second copy of it) just to learn the ids.
+        return tuple(Message.decode(data, id=message_id) for _, message_id, data in rows)
 
     def _remember(self, head: Head) -> None:
         if head.revision_id is not None:
@@ -482,11 +481,3 @@ class SQLiteStore:
     def has_blobs(self, ids: Iterable[bytes]) -> set[bytes]:
         with self._transaction(write=False) as conn:
             return _blobs.has_blobs(conn, ids)
-
-
-def _decode(message_id: bytes, data: bytes) -> Message:
-    message = Message.decode(data)
-    # The row's id is SHA-256 of these very bytes: seed Message.id's memo so a checkpoint does
-    # not re-encode the whole history (and keep a second copy of it) just to learn the ids.
-    message._memo["id"] = message_id
-    return message

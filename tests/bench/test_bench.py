@@ -36,7 +36,7 @@ from byok.model.messages import Message, ToolCall
 from byok.model.projection import project
 from byok.model.request import ModelRequest, ModelSettings
 from byok.pb.agent import v1 as agent
-from byok.providers import openai_chat
+from byok.providers import rendering
 from byok.providers.adapters import adapter_for
 from byok.run import call_log
 from byok.run.call_log import finalize_and_hash
@@ -692,7 +692,7 @@ async def test_5_long_conversation(tmp_path: Path, nursery: trio.Nursery) -> Non
     assert isinstance(body, bytes)
 
     def build_cold() -> bytes:
-        openai_chat.FRAGMENTS.clear()
+        rendering.FRAGMENTS.clear()
         return adapter.build_request(request)
 
     build_cold_s, _ = timed(build_cold)
@@ -777,9 +777,9 @@ async def test_5_long_conversation(tmp_path: Path, nursery: trio.Nursery) -> Non
     # What the daemon keeps per idle conversation. Its own: root ids and acked ids
     # (ConversationMemory, root blob bytes dropped once ACKed), the prefix meter's hashes (CallLog).
     # In caches shared by all conversations and bounded by bytes: the decoded history (store,
-    # DEFAULT_CACHE_BYTES) and the request fragments (openai_chat.FRAGMENTS); an idle conversation
+    # DEFAULT_CACHE_BYTES) and the request fragments (rendering.FRAGMENTS); an idle conversation
     # holds those only until newer ones push it out, then its next turn decodes from SQLite.
-    openai_chat.FRAGMENTS.clear()
+    rendering.FRAGMENTS.clear()
     tracemalloc.start()
     model_store = SQLiteStore.open_in(data_dir)
     held = model_store.head(LONG_CONV).messages
@@ -796,7 +796,7 @@ async def test_5_long_conversation(tmp_path: Path, nursery: trio.Nursery) -> Non
     held_hashes = finalize_and_hash(record)[1]
     own_heap = tracemalloc.get_traced_memory()[0] - cached_heap
     model_store.forget_cached()
-    openai_chat.FRAGMENTS.clear()
+    rendering.FRAGMENTS.clear()
     base = tracemalloc.get_traced_memory()[0]
     held = model_store.head(LONG_CONV).messages
     held_history = project(held)
@@ -823,7 +823,7 @@ async def test_5_long_conversation(tmp_path: Path, nursery: trio.Nursery) -> Non
         5,
         note=f"+ decoded history {decoded / 2**20:.1f} MiB, request fragments "
         f"{(cached_heap - decoded) / 2**20:.1f} MiB (caches bounded across conversations: "
-        f"{DEFAULT_CACHE_BYTES / 2**20:.0f} + {openai_chat.FRAGMENTS.max_bytes / 2**20:.0f} MiB)",
+        f"{DEFAULT_CACHE_BYTES / 2**20:.0f} + {rendering.FRAGMENTS.max_bytes / 2**20:.0f} MiB)",
     )
     report(
         "5 long conv",

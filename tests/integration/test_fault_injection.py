@@ -689,6 +689,24 @@ async def test_fault_injection_loop(
 # --- bugs the loop found, pinned deterministically ------------------------------------------------------
 
 
+async def _run_with_a_silent_first_stream(h: Harness, c: Client, conversation_id: str) -> None:
+    """Start the run with a first RunSSE nobody reads, then stream it again on a second one."""
+    body = encode_frame(bytes(aiserver.BidiRequestId(request_id=c.rid)))
+    async with (
+        trio.open_nursery() as execs,
+        h.client.stream(
+            "POST",
+            h.base_url + RUN_SSE,
+            content=body,
+            headers={"content-type": "application/connect+proto"},
+        ),
+    ):
+        await c.start(_run_request(h, conversation_id, "hi"))
+        await trio.sleep(0.3)
+        with trio.fail_after(5):
+            await c.stream(execs)
+
+
 async def test_frames_written_to_a_dead_runsse_are_not_lost_on_reconnect(
     tmp_path: Path, nursery: trio.Nursery
 ) -> None:
@@ -711,22 +729,9 @@ async def test_frames_written_to_a_dead_runsse_are_not_lost_on_reconnect(
             SQLiteStore.open_in(tmp_path / "data"),
         )
         c = Client(h, "req-dead-stream")
-        body = encode_frame(bytes(aiserver.BidiRequestId(request_id=c.rid)))
         # The first RunSSE goes silent (a dead network path: nothing is read from it any more)
         # while the run writes its KV SETs into it; then the client reconnects.
-        async with (
-            trio.open_nursery() as execs,
-            client.stream(
-                "POST",
-                base_url + RUN_SSE,
-                content=body,
-                headers={"content-type": "application/connect+proto"},
-            ),
-        ):
-            await c.start(_run_request(h, "conv-dead", "hi"))
-            await trio.sleep(0.3)
-            with trio.fail_after(5):
-                await c.stream(execs)
+        await _run_with_a_silent_first_stream(h, c, "conv-dead")
         h.store.close()
     stop()
     assert c.terminals == [{}]
@@ -830,21 +835,8 @@ async def test_a_reconnect_after_the_run_ended_gets_the_end_frame(
     async with httpx.AsyncClient(timeout=30) as client:
         h = Harness(base_url, client, CursorSim(base_url, client), provider, tmp_path, None)  # type: ignore[arg-type]
         c = Client(h, "req-end-on-dead-stream")
-        body = encode_frame(bytes(aiserver.BidiRequestId(request_id=c.rid)))
         # The first RunSSE goes silent while the run fails and writes its end frame into it; then
         # the client reconnects.
-        async with (
-            trio.open_nursery() as execs,
-            client.stream(
-                "POST",
-                base_url + RUN_SSE,
-                content=body,
-                headers={"content-type": "application/connect+proto"},
-            ),
-        ):
-            await c.start(_run_request(h, "conv-end-dead", "hi"))
-            await trio.sleep(0.3)
-            with trio.fail_after(5):
-                await c.stream(execs)
+        await _run_with_a_silent_first_stream(h, c, "conv-end-dead")
     stop()
     assert c.terminals and _outcome(c.terminals[0]) == "unavailable", (c.terminals, c.eof_without_terminal)

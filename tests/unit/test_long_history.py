@@ -11,7 +11,7 @@ from byok.cursor.checkpoint import root_blob
 from byok.model.messages import Message, ToolCall
 from byok.model.projection import project
 from byok.model.request import ModelRequest, ModelSettings
-from byok.providers import openai_chat
+from byok.providers import openai_chat, rendering
 from byok.providers.fragment_cache import SizedLru
 from byok.run.call_log import finalize_and_hash, message_hashes, redact_body, stored_message_hashes
 from byok.run.conversation import ConversationMemory
@@ -68,7 +68,7 @@ def test_evicted_history_reloads_to_identical_request_bytes(tmp_path: Path) -> N
         warm = store.head("c")
         warm_body = body_of(warm.messages)
         store.forget_cached()
-        openai_chat.FRAGMENTS.clear()
+        rendering.FRAGMENTS.clear()
         cold = store.head("c")
         assert cold.messages == warm.messages
         assert [m.id for m in cold.messages] == [hashlib.sha256(m.encode()).digest() for m in warm.messages]
@@ -82,7 +82,7 @@ def test_next_request_extends_the_previous_after_eviction(tmp_path: Path) -> Non
         version = fill(store, "c", 10)
         first = body_of(store.head("c").messages)
         store.forget_cached()
-        openai_chat.FRAGMENTS.clear()
+        rendering.FRAGMENTS.clear()
         store.append("c", version, [Message(role="user", origin="runtime", text="next")], 2)
         second = body_of(store.head("c").messages)
     prefix = json.dumps(json.loads(first)["messages"], ensure_ascii=False, separators=(",", ":"))[:-1]
