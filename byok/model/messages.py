@@ -156,12 +156,12 @@ class Message:
             )
         )
 
-    def derived(self, key: str, make: Callable[[Message], T]) -> T:
-        """A value computed from this (immutable) message once and kept with it, under ``key``
-        (e.g. its provider-neutral history item)."""
+    def derived(self, key: str, make: Callable[..., T], *args: Any) -> T:
+        """``make(self, *args)``, computed once from this (immutable) message and kept with it
+        under ``key`` (e.g. its provider-neutral history item)."""
         value = self._memo.get(key)
         if value is None:
-            value = self._memo[key] = make(self)
+            value = self._memo[key] = make(self, *args)
         return value  # type: ignore[no-any-return]
 
     @property

@@ -20,7 +20,7 @@ from byok.model.request import AssistantTurn, HistoryItem, ToolResultTurn, UserT
 
 
 def _item(message: Message, make: Callable[..., HistoryItem], *args: Any) -> HistoryItem:
-    return message.derived("history_item", lambda m: make(m, *args))
+    return message.derived("history_item", make, *args)
 
 
 def _user(m: Message) -> UserTurn:
