@@ -15,6 +15,7 @@ from pathlib import Path
 import attrs
 import trio
 
+from byok.allocator import tune_allocator
 from byok.config import Config, ConfigError, load_config
 
 DEFAULT_CONFIG = Path("~/.config/byok/config.toml")
@@ -47,6 +48,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     if args.proxy:
         config = attrs.evolve(config, proxy=attrs.evolve(config.proxy, enabled=True))
+    tune_allocator()
     logging.basicConfig(
         level=os.environ.get("BYOK_LOG_LEVEL", "INFO"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -26,6 +26,9 @@ server_log = logging.getLogger("byok.http.server")
 _H2_REFUSED = b"HTTP/2 is disabled on this server\n"
 
 
+KEEP_ALIVE_TIMEOUT_S = 300.0
+
+
 def _bind_address(host: str, port: int) -> str:
     # hypercorn parses "host:port" with rsplit(":"); IPv6 literals need brackets.
     if ":" in host and not host.startswith("["):
@@ -42,9 +45,13 @@ def server_config(host: str, port: int) -> HypercornConfig:
     config.errorlog = server_log
     # Forwarded responses carry upstream's own Server header; don't add a second one.
     config.include_server_header = False
-    # Agent streams stay open for minutes with long quiet gaps: no read timeout. Idle
-    # keep-alive connections are still reaped after keep_alive_timeout (5 s default).
+    # Agent streams stay open for minutes with long quiet gaps: no read timeout.
     config.read_timeout = None
+    # An idle keep-alive connection is closed after this. hypercorn's 5 s default equals common
+    # clients' own idle expiry (httpx: 5 s), so a client could reuse a connection just as it was
+    # being closed and lose that append ("server disconnected without sending a response", seen
+    # in the benchmarks). The server must be the side that waits longer.
+    config.keep_alive_timeout = KEEP_ALIVE_TIMEOUT_S
     # On shutdown, give in-flight streams a moment to finish their end-stream frame.
     config.graceful_timeout = 5.0
     return config
