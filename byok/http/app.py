@@ -225,11 +225,14 @@ class App:
         if slot.kind == "unknown":
             slot.decide("agent")
         err = self._append(slot, req.append_seqno, msg, len(req.data))
-        if err is not None:
-            log.warning("request %s: append %s rejected: %s", rid, req.append_seqno, err)
-            await respond_connect_error(send, err)
-            return
-        await respond(send, 200, b"", "application/proto")
+        try:
+            if err is not None:
+                log.warning("request %s: append %s rejected: %s", rid, req.append_seqno, err)
+                await respond_connect_error(send, err)
+                return
+            await respond(send, 200, b"", "application/proto")
+        finally:
+            slot.release()
 
     def _append(
         self, slot: RunSlot, seqno: int, msg: agent.AgentClientMessage, size: int
@@ -254,7 +257,7 @@ class App:
                 if err is not None:
                     return err
             else:
-                slot.deliver(item)
+                slot.hold(item)  # released once the append is answered
         return None
 
     def _is_local_model(self, model_id: str) -> bool:
@@ -501,6 +504,7 @@ class App:
                     self._fail_slot(slot, err)
                     return
                 err = self._append(slot, seqno, msg, len(frame.payload))
+                slot.release()  # no per-message answer on a bidi stream
                 seqno += 1
                 if err is not None:
                     self._fail_slot(slot, err)

@@ -30,6 +30,7 @@ class RunSlot:
         # Frames are buffered until a RunSSE is attached; the run never waits on the client.
         self._frames_send, self.frames = trio.open_memory_channel[bytes](math.inf)
         self._inbox_send, self.inbox = trio.open_memory_channel[agent.AgentClientMessage](math.inf)
+        self._held: list[agent.AgentClientMessage] = []
         self.run_started = False
         self.closed = False  # the end-stream frame has been queued
         # Kept after it is queued: a RunSSE that reconnects after the run ended (its first stream
@@ -69,6 +70,18 @@ class RunSlot:
     def deliver(self, message: agent.AgentClientMessage) -> None:
         if not self.closed:
             self._inbox_send.send_nowait(message)
+
+    def hold(self, message: agent.AgentClientMessage) -> None:
+        """Accept a message in seqno order, to be delivered by ``release``: a BidiAppend is
+        answered before the run spends CPU on what it carries (Cursor sends its next append,
+        such as a KV ACK, only after that answer)."""
+        self._held.append(message)
+
+    def release(self) -> None:
+        """Deliver every held message, in order (whichever append handler gets here first)."""
+        held, self._held = self._held, []
+        for message in held:
+            self.deliver(message)
 
     # --- RunSSE side ----------------------------------------------------------
     def attach(self, scope: trio.CancelScope) -> None:
