@@ -19,13 +19,10 @@ that was redacted no longer holds what was sent: the call after it is not compar
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
-import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
 
 import attrs
 import httpx
@@ -36,11 +33,12 @@ from byok.model.events import ProviderError
 from byok.model.usage import Usage
 from byok.providers.fragment_cache import SizedLru
 from byok.providers.rendering import split_body
-from byok.store import AsyncStore, LlmCallRecord, SQLiteStore, StoreError
+from byok.run.body_chain import BodyLayout, layout_of, shared_bytes
+from byok.run.redaction import REDACTED, may_hold_secret, redact_body
+from byok.store import AsyncStore, BodyBase, LlmCallRecord, SQLiteStore, StoreError
 
 log = logging.getLogger("byok.call_log")
 
-REDACTED = "[REDACTED]"
 # Conversations whose last call's message hashes are kept in memory.
 MAX_CONVERSATIONS = 256
 # Records waiting for the writer; beyond this (SQLite stalled for long) new ones are dropped.
@@ -50,69 +48,6 @@ DRAIN_TIMEOUT_S = 10.0
 
 
 # --- pure helpers -----------------------------------------------------------------------------
-
-
-def _secret_key(key: str) -> bool:
-    k = key.lower().replace("-", "_")
-    return k.endswith("api_key") or k == "apikey" or k.endswith("authorization")
-
-
-def _redact(obj: Any) -> tuple[Any, bool]:
-    if isinstance(obj, dict):
-        changed = False
-        out: dict[str, Any] = {}
-        for key, value in obj.items():
-            if isinstance(value, str) and isinstance(key, str) and _secret_key(key):
-                out[key] = REDACTED
-                changed = changed or value != REDACTED
-            else:
-                out[key], sub = _redact(value)
-                changed = changed or sub
-        return out, changed
-    if isinstance(obj, list):
-        items = [_redact(v) for v in obj]
-        return [v for v, _ in items], any(c for _, c in items)
-    return obj, False
-
-
-def redact_body(body: bytes) -> bytes | None:
-    """``body`` with every string value under a key named like api_key / x-api-key /
-    authorization replaced by ``[REDACTED]``, at any depth. Unchanged bytes when there is none
-    (so the stored request replays exactly); None when the body is not JSON and so cannot be
-    checked. Our request bodies never carry keys: this is a second line of defence."""
-    try:
-        obj = json.loads(body)
-    except ValueError:
-        return None
-    return _redacted(body, obj)
-
-
-def _redacted(body: bytes, obj: Any) -> bytes:
-    if not _may_hold_secret(body):
-        return body  # no key can match: skip walking a 5,000-message request
-    redacted, changed = _redact(obj)
-    if not changed:
-        return body
-    return json.dumps(redacted, ensure_ascii=False, separators=(",", ":")).encode()
-
-
-# What a key _secret_key accepts looks like in JSON text once lowercased: ending in api_key /
-# api-key / authorization or being apikey, then its closing quote and a colon (inside a string a
-# quote is escaped, so text that merely mentions api_key does not match). A key could also be
-# spelled with \u escapes: any escape but a control character's (the only ones
-# ensure_ascii=False writes) may be one.
-_KEY_NEEDLES = (b'api_key"', b'api-key"', b'apikey"', b'authorization"')
-_SECRET_KEY = re.compile(rb'(?:api[_-]?key|authorization)"[ \t\n\r]*:')
-_KEY_ESCAPE = re.compile(rb"(?<!\\)(?:\\\\)*\\u(?!00[01])")
-_KELVIN = "\u212a".encode()  # str.lower() makes it "k"; bytes.lower() does not
-
-
-def _may_hold_secret(data: bytes) -> bool:
-    """Whether JSON text ``data`` may have a key _secret_key accepts (no false negatives)."""
-    if b"\\u" in data and _KEY_ESCAPE.search(data) is not None:
-        return True
-    low = data.decode("utf-8", "replace").lower().encode() if _KELVIN in data else data.lower()
-    return any(needle in low for needle in _KEY_NEEDLES) and _SECRET_KEY.search(low) is not None
 
 
 # Element bytes -> (their SHA-256, whether they may hold a secret key). Keyed by the adapters'
@@ -127,14 +62,14 @@ def element_digests(elements: Sequence[bytes], memo: bool = True) -> tuple[tuple
     ``memo=False`` for elements cut from a body: caching them would pin a copy of the history."""
     if not memo:
         digests = tuple(hashlib.sha256(e).digest() for e in elements)
-        return digests, any(_may_hold_secret(e) for e in elements)
+        return digests, any(may_hold_secret(e) for e in elements)
     out: list[bytes] = []
     secret = False
     with _DIGESTS_LOCK:
         for text in elements:
             hit = ELEMENT_DIGESTS.get(text)
             if hit is None:
-                hit = (hashlib.sha256(text).digest(), _may_hold_secret(text))
+                hit = (hashlib.sha256(text).digest(), may_hold_secret(text))
                 ELEMENT_DIGESTS.put(text, hit, len(text) + 150)
             out.append(hit[0])
             secret = secret or hit[1]
@@ -223,8 +158,15 @@ def finalize_and_hash(rec: LlmCallRecord) -> tuple[LlmCallRecord, tuple[bytes, .
     came from, nothing is parsed: the elements' hashes are memoised, the two whole-body hashes
     run without the GIL, and only a body that may hold a secret key is parsed for redaction.
     Without one (a body from elsewhere) the body is walked once for its elements."""
+    rec, hashes, _ = _finalize(rec)
+    return rec, hashes
+
+
+def _finalize(rec: LlmCallRecord) -> tuple[LlmCallRecord, tuple[bytes, ...] | None, BodyLayout | None]:
+    """finalize_and_hash, plus the stored body's layout when a later call may store its own
+    body as a tail of this one (not when redaction changed what is stored)."""
     if rec.request_sha256 or rec.request_body is None:
-        return attrs.evolve(rec, rendered=None), message_hashes(rec.request_body)
+        return attrs.evolve(rec, rendered=None), message_hashes(rec.request_body), None
     body = rec.request_body
     shape = rec.rendered
     ours = shape is not None and shape.body is body
@@ -238,7 +180,7 @@ def finalize_and_hash(rec: LlmCallRecord) -> tuple[LlmCallRecord, tuple[bytes, .
         start, end = shape.array
         view = memoryview(body)
         if not secret:  # the elements are checked; the rest of the body is small
-            secret = _may_hold_secret(bytes(view[:start]) + bytes(view[end:]))
+            secret = may_hold_secret(bytes(view[:start]) + bytes(view[end:]))
         messages_sha256 = hashlib.sha256(view[start:end])
     stored = redact_body(body) if secret else body
     rec = attrs.evolve(
@@ -249,7 +191,32 @@ def finalize_and_hash(rec: LlmCallRecord) -> tuple[LlmCallRecord, tuple[bytes, .
         messages_sha256=messages_sha256.hexdigest(),
         rendered=None,
     )
-    return rec, hashes
+    layout = None
+    if stored is body and shape is not None and hashes is not None:
+        layout = layout_of(body, shape, hashes)
+    return rec, hashes, layout
+
+
+def _stored_last(body: bytes | None) -> tuple[tuple[bytes, ...] | None, BodyLayout | None]:
+    """The meter's hashes and the layout of a stored body (a conversation's last call, read
+    after a restart); nothing for a redacted body, which may differ from what was sent."""
+    if body is None or _REDACTED_JSON in body:
+        return None, None
+    shape = split_body(body)
+    if shape is None or shape.elements is None:
+        return None, None
+    # Not memoised: cut from a body, they would pin a copy of the history.
+    digests = tuple(hashlib.sha256(e).digest() for e in shape.elements)
+    return digests, layout_of(body, shape, digests)
+
+
+@attrs.frozen
+class _Last:
+    """What the writer keeps of a conversation's last written call."""
+
+    hashes: tuple[bytes, ...] | None  # the prefix meter's
+    record_id: int | None = None  # its row, when the next body may be stored as a tail of it
+    layout: BodyLayout | None = None
 
 
 class CallLog:
@@ -277,9 +244,9 @@ class CallLog:
         self._send, self._receive = trio.open_memory_channel[LlmCallRecord](max_pending)
         self._max_conversations = max_conversations
         self._drain_timeout_s = drain_timeout_s
-        # conversation -> last call's message hashes. Touched only inside write jobs, which the
-        # lock and the store's one-at-a-time worker serialize.
-        self._previous: OrderedDict[str, tuple[bytes, ...]] = OrderedDict()
+        # conversation -> its last written call. Touched only inside write jobs, which the lock
+        # and the store's one-at-a-time worker serialize.
+        self._previous: OrderedDict[str, _Last] = OrderedDict()
         self._carry: list[LlmCallRecord] = []  # taken off the channel, not written yet
         self._lock = trio.Lock()
         self._submitted = 0
@@ -348,13 +315,14 @@ class CallLog:
             batch, self._carry = self._carry + self._take_queued(), []
             if not batch:
                 return
-            remember: list[tuple[str, tuple[bytes, ...] | None]] | None = None
+            remember: dict[str, tuple[int, _Last]] = {}
+            ids: list[int] = []
             try:
                 stored = await self._stored_previous(batch)
                 # The hashing (and, rarely, a parse) on a thread of its own: the store's one
                 # worker, which every conversation's next store call waits for, only inserts.
                 records, remember = await trio.to_thread.run_sync(self._finalize_batch, batch, stored)
-                await self.store.call(SQLiteStore.record_llm_calls, records)
+                ids = await self.store.call(SQLiteStore.record_llm_calls, records)
             except trio.Cancelled:
                 # Only raised before the insert ran (a started thread job is never abandoned):
                 # nothing is written or remembered, and the batch goes again.
@@ -365,61 +333,76 @@ class CallLog:
                 log.exception("call log: could not write %d call records", len(batch))
             else:
                 self.batches += 1
-            for conversation_id, hashes in remember or ():
-                self._remember(conversation_id, hashes)
+            for conversation_id, (index, last) in remember.items():
+                # A row that was not written cannot be a later body's base.
+                row = ids[index] if ids else None
+                kept = attrs.evolve(last, record_id=row) if row is not None else _Last(last.hashes)
+                self._remember(conversation_id, kept)
             self._processed += len(batch)
             self._wake()
 
-    async def _stored_previous(self, batch: list[LlmCallRecord]) -> dict[str, bytes | None]:
-        """The last recorded request body of each conversation of ``batch`` whose previous
-        call's hashes are not in memory (after a restart or eviction). Bodies only: walking
-        them is the finalize thread's job."""
+    async def _stored_previous(self, batch: list[LlmCallRecord]) -> dict[str, tuple[int, bytes | None]]:
+        """The last recorded call (id, request body) of each conversation of ``batch`` that is
+        not in memory (after a restart or eviction). Bodies only: walking them is the finalize
+        thread's job."""
         missing = {r.conversation_id for r in batch if r.conversation_id not in self._previous}
         if not missing:
             return {}
-        return await self.store.call(_last_bodies, sorted(missing))
+        return await self.store.call(_last_calls, sorted(missing))
 
     def _finalize_batch(
-        self, batch: list[LlmCallRecord], stored: dict[str, bytes | None]
-    ) -> tuple[list[LlmCallRecord], list[tuple[str, tuple[bytes, ...] | None]]]:
-        """Finalize thread: each record's derived fields and prefix meter, and the hashes to
-        remember once written. Reads ``_previous`` only: the writer's lock keeps it still."""
+        self, batch: list[LlmCallRecord], stored: dict[str, tuple[int, bytes | None]]
+    ) -> tuple[list[LlmCallRecord], dict[str, tuple[int, _Last]]]:
+        """Finalize thread: each record's derived fields, prefix meter and storage base, and what
+        to remember of each conversation's last record (by its index in the batch) once written.
+        Reads ``_previous`` only: the writer's lock keeps it still."""
         records = []
         # This batch's own earlier calls are not in SQLite yet, and the LRU may have evicted them.
-        in_batch: dict[str, tuple[bytes, ...] | None] = {}
-        for rec in batch:
-            rec, current = finalize_and_hash(rec)
+        in_batch: dict[str, tuple[int, _Last]] = {}
+        for index, rec in enumerate(batch):
+            rec, current, layout = _finalize(rec)
             conversation_id = rec.conversation_id
             if conversation_id in in_batch:
-                previous = in_batch[conversation_id]
+                last = in_batch[conversation_id][1]  # no row id yet: not a base
             elif conversation_id in self._previous:
-                previous = self._previous[conversation_id]
+                last = self._previous[conversation_id]
+            elif conversation_id in stored:
+                row_id, body = stored[conversation_id]
+                hashes, stored_layout = _stored_last(body)
+                last = _Last(hashes, row_id, stored_layout)
             else:
-                previous = stored_message_hashes(stored.get(conversation_id))
-            extends, common = compare_prefix(previous, current)
-            records.append(attrs.evolve(rec, prefix_extends=extends, common_prefix_messages=common))
-            in_batch[conversation_id] = current
-        return records, list(in_batch.items())
+                last = _Last(None)
+            extends, common = compare_prefix(last.hashes, current)
+            base = None
+            if last.record_id is not None and last.layout is not None and layout is not None:
+                shared = shared_bytes(last.layout, layout)
+                base = BodyBase(last.record_id, shared) if shared else None
+            records.append(
+                attrs.evolve(rec, prefix_extends=extends, common_prefix_messages=common, body_base=base)
+            )
+            in_batch[conversation_id] = (index, _Last(current, None, layout))
+        return records, in_batch
 
-    def _remember(self, conversation_id: str, hashes: tuple[bytes, ...] | None) -> None:
-        if hashes is None:
+    def _remember(self, conversation_id: str, last: _Last) -> None:
+        if last.hashes is None:
             # Unknown messages: the next call falls back to SQLite, which knows no better.
             self._previous.pop(conversation_id, None)
             return
-        self._previous[conversation_id] = hashes
+        self._previous[conversation_id] = last
         self._previous.move_to_end(conversation_id)
         while len(self._previous) > self._max_conversations:
             self._previous.popitem(last=False)
 
 
-def _last_bodies(store: SQLiteStore, conversation_ids: list[str]) -> dict[str, bytes | None]:
-    """Store worker: the request body of each conversation's last recorded call."""
-    out: dict[str, bytes | None] = {}
+def _last_calls(store: SQLiteStore, conversation_ids: list[str]) -> dict[str, tuple[int, bytes | None]]:
+    """Store worker: the id and request body of each conversation's last recorded call."""
+    out: dict[str, tuple[int, bytes | None]] = {}
     for conversation_id in conversation_ids:
         try:
             last = store.last_llm_call(conversation_id)
         except StoreError:
             log.exception("call log: cannot read the last call of %s", conversation_id)
             last = None
-        out[conversation_id] = None if last is None else last.request_body
+        if last is not None and last.id is not None:
+            out[conversation_id] = (last.id, last.request_body)
     return out

@@ -2,13 +2,14 @@
 
 from byok.store.async_store import AsyncStore
 from byok.store.errors import RunExists, StaleRevision, StoreError
-from byok.store.records import BlobEdge, Head, LlmCallRecord, LlmCallStatus, RunRecord, RunStatus
+from byok.store.records import BlobEdge, BodyBase, Head, LlmCallRecord, LlmCallStatus, RunRecord, RunStatus
 from byok.store.sqlite_store import DB_FILENAME, SQLiteStore
 
 __all__ = [
     "DB_FILENAME",
     "AsyncStore",
     "BlobEdge",
+    "BodyBase",
     "Head",
     "LlmCallRecord",
     "LlmCallStatus",

@@ -40,6 +40,15 @@ class RunRecord:
 
 
 @attrs.frozen
+class BodyBase:
+    """A request body starts with the first ``shared_bytes`` bytes of call ``record_id``'s body
+    (an earlier call of the same conversation): the store keeps only the rest."""
+
+    record_id: int
+    shared_bytes: int
+
+
+@attrs.frozen
 class LlmCallRecord:
     """One provider call (all its attempts), as sent and as it ended. ``request_body`` is already
     redacted by the caller; the hashes are of what was really sent. Timings and counts are those of
@@ -81,6 +90,8 @@ class LlmCallRecord:
     # Not stored: the render ``request_body`` came from, so the call log hashes the meter's
     # elements without parsing the body. Dropped once the record is finalized.
     rendered: RenderedRequest | None = attrs.field(default=None, repr=False, eq=False)
+    # How the body is (to be) stored; ``request_body`` is always the whole body (store/call_bodies.py).
+    body_base: BodyBase | None = attrs.field(default=None, eq=False)
     # Assigned by the store; None on a record that has not been written yet.
     id: int | None = None
 

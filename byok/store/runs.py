@@ -9,8 +9,16 @@ import sqlite3
 from typing import Any, cast
 
 from byok.model.usage import Usage
+from byok.store import call_bodies
 from byok.store.errors import RunExists, StoreError
-from byok.store.records import TERMINAL_RUN_STATUSES, LlmCallRecord, LlmCallStatus, RunRecord, RunStatus
+from byok.store.records import (
+    TERMINAL_RUN_STATUSES,
+    BodyBase,
+    LlmCallRecord,
+    LlmCallStatus,
+    RunRecord,
+    RunStatus,
+)
 from byok.store.schema import USAGE_COLUMNS
 
 _USAGE_SELECT = ", ".join(USAGE_COLUMNS)
@@ -122,48 +130,67 @@ _LLM_COLUMNS = (
     "cache_hit_share",
     "response_capture",
 )
-_LLM_SELECT = f"SELECT id, {', '.join(_LLM_COLUMNS)}, {_USAGE_SELECT} FROM llm_calls"
+# Schema version 4 (store/call_bodies.py): how request_body is stored.
+_BODY_COLUMNS = ("body_base_id", "body_shared_bytes", "body_depth")
+_LLM_SELECT = (
+    f"SELECT id, {', '.join(_LLM_COLUMNS)}, {_USAGE_SELECT}, body_base_id, body_shared_bytes FROM llm_calls"
+)
 
 
-def _llm_values(rec: LlmCallRecord) -> tuple[Any, ...]:
+def _llm_values(
+    rec: LlmCallRecord, stored: tuple[bytes | None, int | None, int | None, int]
+) -> tuple[Any, ...]:
     values = [getattr(rec, c) for c in _LLM_COLUMNS]
     extends = _LLM_COLUMNS.index("prefix_extends")
     if values[extends] is not None:
         values[extends] = int(values[extends])
-    return (*values, *usage_values(rec.usage))
+    values[_LLM_COLUMNS.index("request_body")] = stored[0]
+    return (*values, *usage_values(rec.usage), *stored[1:])
 
 
-def _llm_record(row: tuple[Any, ...]) -> LlmCallRecord:
+def _llm_record(conn: sqlite3.Connection, row: tuple[Any, ...]) -> LlmCallRecord:
     n = len(_LLM_COLUMNS)
     fields = dict(zip(_LLM_COLUMNS, row[1 : n + 1], strict=True))
     fields["status"] = cast(LlmCallStatus, fields["status"])
     if fields["prefix_extends"] is not None:
         fields["prefix_extends"] = bool(fields["prefix_extends"])
-    return LlmCallRecord(**fields, usage=usage_from_row(row[n + 1 :]), id=row[0])
+    base_id, shared = row[-2], row[-1]
+    fields["request_body"] = call_bodies.full_body(conn, fields["request_body"], base_id, shared)
+    base = None if base_id is None else BodyBase(base_id, shared)
+    usage = usage_from_row(row[n + 1 : n + 1 + len(USAGE_COLUMNS)])
+    return LlmCallRecord(**fields, usage=usage, id=row[0], body_base=base)
 
 
+_INSERT_COLUMNS = (*_LLM_COLUMNS, *USAGE_COLUMNS, *_BODY_COLUMNS)
 _LLM_INSERT = (
-    f"INSERT INTO llm_calls ({', '.join((*_LLM_COLUMNS, *USAGE_COLUMNS))})"
-    f" VALUES ({', '.join('?' * (len(_LLM_COLUMNS) + len(USAGE_COLUMNS)))})"
+    f"INSERT INTO llm_calls ({', '.join(_INSERT_COLUMNS)}) VALUES ({', '.join('?' * len(_INSERT_COLUMNS))})"
 )
 
 
 def record_llm_call(conn: sqlite3.Connection, rec: LlmCallRecord) -> int:
-    cur = conn.execute(_LLM_INSERT, _llm_values(rec))
+    base = rec.body_base
+    stored = call_bodies.stored_form(
+        conn,
+        rec.conversation_id,
+        rec.request_body,
+        None if base is None else base.record_id,
+        0 if base is None else base.shared_bytes,
+    )
+    cur = conn.execute(_LLM_INSERT, _llm_values(rec, stored))
     assert cur.lastrowid is not None
     return cur.lastrowid
 
 
 def llm_calls(conn: sqlite3.Connection, request_id: str) -> list[LlmCallRecord]:
     rows = conn.execute(f"{_LLM_SELECT} WHERE request_id = ? ORDER BY id", (request_id,)).fetchall()
-    return [_llm_record(row) for row in rows]
+    return [_llm_record(conn, row) for row in rows]
 
 
 def last_llm_call(conn: sqlite3.Connection, conversation_id: str) -> LlmCallRecord | None:
     row = conn.execute(
         f"{_LLM_SELECT} WHERE conversation_id = ? ORDER BY id DESC LIMIT 1", (conversation_id,)
     ).fetchone()
-    return None if row is None else _llm_record(row)
+    return None if row is None else _llm_record(conn, row)
 
 
 def prefix_stats(conn: sqlite3.Connection, conversation_id: str | None) -> tuple[int, int]:

@@ -13,10 +13,10 @@ import os
 import sqlite3
 from pathlib import Path
 
-from byok.store import lineage
+from byok.store import call_bodies, lineage
 from byok.store.errors import StoreError
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # Usage columns shared by runs and llm_calls; NULL input_tokens means "no usage reported".
 USAGE_COLUMNS = (
@@ -144,7 +144,7 @@ _V2: tuple[str, ...] = (
     "CREATE INDEX llm_calls_by_conversation ON llm_calls(conversation_id, id)",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, lineage.V3)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, lineage.V3, call_bodies.V4)
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 

@@ -882,6 +882,21 @@ async def test_5_long_conversation(tmp_path: Path, nursery: trio.Nursery) -> Non
             "5 long-conv", [b.provider.requests[i].body for i in (cold.provider_index, warm.provider_index)]
         )
     PREFIX.add_store(data_dir, [LONG_CONV])
+    with SQLiteStore.open_in(data_dir) as db:
+        assert db._conn is not None
+        stored = db._conn.execute(
+            "SELECT length(request_body), body_base_id FROM llm_calls WHERE conversation_id = ? ORDER BY id",
+            (LONG_CONV,),
+        ).fetchall()
+        whole = [len(c.request_body or b"") for r in ("long-1", "long-2") for c in db.llm_calls(r)]
+    report(
+        "5 long conv",
+        "bytes stored per provider call record, next turn (llm_calls.request_body)",
+        stored[-1][0] / 1e3,
+        "KB",
+        note=f"of a {whole[-1] / 1e6:.1f} MB body; the first call after the restart, with no earlier "
+        f"call to extend, {stored[0][0] / 1e6:.1f} MB",
+    )
     rss = {p: [v for q, v in samples if q == p] for p in ("before", "turn 1", "turn 2", "after")}
     rss0 = statistics.median(rss["before"])
     report(

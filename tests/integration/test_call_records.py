@@ -271,6 +271,9 @@ def test_version_1_database_is_migrated_in_place(tmp_path: Path) -> None:
             "common_prefix_messages",
             "cache_hit_share",
             "response_capture",
+            "body_base_id",
+            "body_shared_bytes",
+            "body_depth",
         } <= columns
         (old,) = s.llm_calls("old")
         assert (old.event_count, old.byte_count, old.usage) == (3, 40, Usage(10, 2))

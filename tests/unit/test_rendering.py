@@ -31,14 +31,14 @@ from byok.providers import anthropic, openai_chat, openai_responses, rendering
 from byok.providers.adapters import adapter_for
 from byok.run.call_log import (
     CallLog,
-    _may_hold_secret,
-    _redact,
     compare_prefix,
     finalize_and_hash,
     message_hashes,
     redact_body,
     stored_message_hashes,
 )
+from byok.run.redaction import may_hold_secret as _may_hold_secret
+from byok.run.redaction import redact as _redact
 from byok.store import AsyncStore, LlmCallRecord
 
 KINDS = ("openai_chat", "openai_responses", "anthropic")

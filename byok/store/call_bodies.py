@@ -1,0 +1,101 @@
+"""Request bodies of provider calls, stored as tails of the previous call's.
+
+Consecutive calls of a conversation share almost all of their bytes: a request is the previous
+request's messages plus the new ones (the prefix property), so at 5,000 messages each call's
+5.7 MB body differed from the one before in a few kilobytes, and storing every body whole grew
+the database by the square of the conversation's length. A call whose body starts with
+``shared_bytes`` bytes of an earlier call's stored body keeps only the rest, with a reference to
+that call; the full body is rebuilt on read. Chains are capped at ``MAX_CHAIN`` hops (then a
+body is stored whole again), so a read touches at most that many rows.
+
+The ``llm_call_bodies`` view gives every call's full body in SQL, for people reading the
+database by hand.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+# Version 4: bodies stored as tails. NULL base: request_body is the whole body (every older row).
+V4: tuple[str, ...] = (
+    "ALTER TABLE llm_calls ADD COLUMN body_base_id INTEGER REFERENCES llm_calls(id)",
+    "ALTER TABLE llm_calls ADD COLUMN body_shared_bytes INTEGER",
+    "ALTER TABLE llm_calls ADD COLUMN body_depth INTEGER NOT NULL DEFAULT 0",
+    # substr on a BLOB counts bytes; || makes text, cast back so the next hop counts bytes again.
+    """CREATE VIEW llm_call_bodies (id, request_body) AS
+WITH RECURSIVE b(id, body) AS (
+    SELECT id, request_body FROM llm_calls WHERE body_base_id IS NULL
+    UNION ALL
+    SELECT c.id, CAST(substr(b.body, 1, c.body_shared_bytes) || c.request_body AS BLOB)
+    FROM llm_calls AS c JOIN b ON c.body_base_id = b.id
+)
+SELECT id, body FROM b""",
+)
+
+# Hops from a stored body to its whole ancestor; the next call is stored whole.
+MAX_CHAIN = 32
+# Below this many shared bytes a tail is not worth a reference.
+MIN_SHARED = 4096
+
+
+def stored_form(
+    conn: sqlite3.Connection, conversation_id: str, body: bytes | None, base_id: int | None, shared: int
+) -> tuple[bytes | None, int | None, int | None, int]:
+    """(bytes to store, base id, shared bytes, depth) for ``body``, given the caller's claim that
+    it starts with ``shared`` bytes of call ``base_id``'s body. The claim is used only when that
+    call is of the same conversation and its chain has room; otherwise the body is stored whole."""
+    if body is None or base_id is None or not MIN_SHARED <= shared <= len(body):
+        return body, None, None, 0
+    row = conn.execute(
+        "SELECT body_depth, conversation_id, request_body IS NOT NULL FROM llm_calls WHERE id = ?",
+        (base_id,),
+    ).fetchone()
+    if row is None or row[1] != conversation_id or not row[2] or row[0] + 1 >= MAX_CHAIN:
+        return body, None, None, 0
+    return body[shared:], base_id, shared, row[0] + 1
+
+
+def full_body(
+    conn: sqlite3.Connection, stored: bytes | None, base_id: int | None, shared: int | None
+) -> bytes | None:
+    """The whole body of a call stored as ``stored`` (its tail when ``base_id`` is set)."""
+    if base_id is None or stored is None:
+        return stored
+    # Walk to the whole ancestor, then apply the hops oldest first: each keeps a prefix of the
+    # body so far and appends its tail. Pieces are sliced as views and joined once.
+    hops: list[tuple[int, bytes]] = [(shared or 0, stored)]
+    root: bytes | None = None
+    at: int | None = base_id
+    for _ in range(MAX_CHAIN + 1):
+        if at is None:
+            break
+        row = conn.execute(
+            "SELECT request_body, body_base_id, body_shared_bytes FROM llm_calls WHERE id = ?", (at,)
+        ).fetchone()
+        if row is None or row[0] is None:
+            return None  # a broken chain: the body is unknown, never made up
+        if row[1] is None:
+            root = row[0]
+            break
+        hops.append((row[2], row[0]))
+        at = row[1]
+    if root is None:
+        return None
+    pieces: list[memoryview] = [memoryview(root)]
+    for keep, tail in reversed(hops):
+        kept = _truncate(pieces, keep)
+        if kept is None:
+            return None  # shorter than the prefix its successor claims: unknown, not made up
+        pieces = [*kept, memoryview(tail)]
+    return b"".join(pieces)
+
+
+def _truncate(pieces: list[memoryview], size: int) -> list[memoryview] | None:
+    out: list[memoryview] = []
+    left = size
+    for piece in pieces:
+        if left <= 0:
+            break
+        out.append(piece[:left])
+        left -= len(piece)
+    return None if left > 0 else out
