@@ -189,18 +189,24 @@ class Run:
         """Run to one terminal state: success, error or canceled — written once, EndStream last."""
         st = self.start
         error: ConnectError | None = None
+        ended_ok = False  # the ok end-stream is queued: the outcome the client gets is decided
         with scope:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._pump_inbox, scope)
                 try:
                     await self._turn()
+                    ended_ok = True
                 except RunFailed as e:
                     error = e.error
                 except Exception as e:  # a bug, not a peer error: still one clean terminal state
                     log.exception("run %s failed internally", st.request_id)
                     error = ConnectError("internal", f"internal error: {type(e).__name__}: {e}")
                 nursery.cancel_scope.cancel()
-        if scope.cancelled_caught:
+        if ended_ok:
+            # A cancel (or preemption, or grace expiry) that lands after this point is late: it
+            # can only strike at the nursery's exit, and must not record another outcome.
+            await self._finish("success")
+        elif scope.cancelled_caught:
             self.router.abort_all()
             self.slot.close(end_stream_error(ConnectError("canceled", "run was cancelled")))
             await self._finish("canceled")
@@ -209,8 +215,6 @@ class Run:
             self.router.abort_all()
             self.slot.close(end_stream_error(error))
             await self._finish("error", error)
-        else:
-            await self._finish("success")
 
     def _resend_after_reconnect(self) -> None:
         n = self.kv.resend_unacked()

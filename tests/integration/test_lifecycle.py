@@ -24,10 +24,11 @@ import trio
 from byok.cursor.root_json import encode_root
 from byok.devtools.cursor_sim import RUN_SSE, CursorSim, Recorded, Transcript, frame_kind, user_turn
 from byok.devtools.workspace_exec import WorkspaceExecutor, exec_result, stream_close
-from byok.http.connect_envelope import FrameDecoder, encode_frame
+from byok.http.connect_envelope import FrameDecoder, encode_frame, end_stream_ok
 from byok.model.messages import Message
 from byok.pb.agent import v1 as agent
 from byok.pb.aiserver import v1 as aiserver
+from byok.run.slot import RunSlot
 from byok.store import SQLiteStore
 from tests.integration.conftest import Daemon, start_daemon
 from tests.integration.test_spine import assert_checkpoints_reference_only_acked, referenced_blobs
@@ -155,6 +156,28 @@ async def test_cancel_while_streaming(daemon: Daemon, script: Script, trigger: s
     assert [m.role for m in head(daemon)] == ["user", "user", "assistant"]
     assert_history_invariants(daemon.provider)
     assert_store_has_no_duplicate(daemon.data_dir, "conv-life")
+
+
+async def test_a_cancel_not_yet_handled_at_the_ok_end_stream_does_not_rewrite_the_outcome(
+    daemon: Daemon, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Invariant 7: the terminal state is written once and agrees with the EndStream the client
+    got. A cancel append that landed while the turn was ending, but that the run had not handled
+    when its ok end-stream was queued (trio ran the run's last step first), is late: the run is
+    recorded as the success the client saw, not as canceled. (The fault-injection loop hit this
+    about once in 3,000 runs.)"""
+    close = RunSlot.close
+
+    def cancel_pending_at_close(slot: RunSlot, end_stream: bytes) -> None:
+        if end_stream == end_stream_ok():
+            slot.deliver(cancel_message())  # in the run's inbox, not handled yet
+        close(slot, end_stream)
+
+    monkeypatch.setattr(RunSlot, "close", cancel_pending_at_close)
+    daemon.provider.enqueue(chat_text_script(["done"]))
+    tr = await daemon.sim.run("req-late-cancel", turn("question", "m1"))
+    assert tr.end_stream == {} and tr.kinds()[-4:] == TAIL
+    assert (await wait_run_ended(daemon.data_dir, "req-late-cancel")).status == "success"
 
 
 async def test_cancel_during_running_shell_aborts_the_exec(env: Env) -> None:
