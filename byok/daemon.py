@@ -24,6 +24,9 @@ from byok.run.call_log import DRAIN_TIMEOUT_S, CallLog
 from byok.run.runner import RunDeps, ToolSetup
 from byok.store import AsyncStore
 
+# The WAL is copied into the database file after this much quiet (never on a run's path).
+WAL_IDLE_S = 1.0
+
 log = logging.getLogger("byok")
 # After the runs end, how long their streams get to write their last frames.
 STREAM_DRAIN_S = 5.0
@@ -66,6 +69,7 @@ async def run_daemon(
         async with provider_client() as http, upstream_client() as up, trio.open_nursery() as nursery:
             # Call records are written by this task; cancelling the nursery makes it drain its queue.
             await nursery.start(call_log.run)
+            await nursery.start(store.checkpoint_when_idle, WAL_IDLE_S)
             deps = RunDeps(
                 config=config, store=store, prompts=prompts, tools=tools, http=http, call_log=call_log
             )

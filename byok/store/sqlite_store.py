@@ -422,10 +422,6 @@ class SQLiteStore:
         Then checkpoint the WAL: after the run, not inside one of its appends."""
         with self._transaction(write=True) as conn:
             _runs.finish_run(conn, request_id, status, now_ms, error_code, error_message, usage)
-        try:
-            self.checkpoint_wal()
-        except StoreError as e:  # the run's state is committed; the next checkpoint catches up
-            log.warning("WAL checkpoint after run %s failed: %s", request_id, e)
 
     def checkpoint_wal(self) -> None:
         """Copy committed WAL pages into the database file (PASSIVE: never waits for readers)."""
