@@ -21,6 +21,7 @@ from byok.http.offline import OfflineAnswers, UpstreamHealth
 from byok.http.proxy import serve_proxy
 from byok.http.serve import serve_app
 from byok.run.call_log import DRAIN_TIMEOUT_S, CallLog
+from byok.run.idle_gc import collect_when_idle
 from byok.run.runner import RunDeps, ToolSetup
 from byok.store import AsyncStore
 
@@ -84,6 +85,8 @@ async def run_daemon(
                 offline=OfflineAnswers(config),
                 health=health,
             )
+            # Full GC collections between runs (byok serve turns the automatic ones off).
+            await nursery.start(collect_when_idle, app.activity)
             base_url, stop_server = await serve_app(
                 app, host=config.server.host, port=config.server.port, nursery=nursery
             )

@@ -41,6 +41,7 @@ from byok.pb.agent import v1 as agent
 from byok.pb.aiserver import v1 as aiserver
 from byok.run.bidi_order import OrderBufferFull
 from byok.run.conversation import ActiveRun, Supervisors
+from byok.run.idle_gc import RunActivity
 from byok.run.runner import Run, RunDeps
 from byok.run.slot import RunRegistry, RunSlot
 
@@ -121,6 +122,7 @@ class App:
         self.active: set[ActiveRun] = set()
         self._idle = trio.Event()
         self._idle.set()
+        self.activity = RunActivity()  # what upkeep between runs waits for (run/idle_gc.py)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -286,6 +288,7 @@ class App:
         old, sup.active = sup.active, me
         slot.cancel_run = me.scope.cancel
         self.active.add(me)
+        self.activity.started()
         if self._idle.is_set():
             self._idle = trio.Event()
         try:
@@ -301,6 +304,7 @@ class App:
             if sup.active is me:
                 sup.active = None
             self.active.discard(me)
+            self.activity.finished()
             if not self.active:
                 self._idle.set()
             self.nursery.start_soon(self._linger, slot)
