@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar
 
 import attrs
@@ -180,8 +180,32 @@ class Message:
         return message
 
     @classmethod
+    def decode_many(cls, rows: Sequence[tuple[bytes, bytes]]) -> tuple[Message, ...]:
+        """``decode(data, id=id)`` of each ``(id, data)`` row, with one JSON parse for all of them:
+        a history read back whole (5,000 messages) pays json.loads' per-call overhead once. Rows
+        that do not join into one array of as many objects are decoded one by one, so a bad row
+        fails exactly as ``decode`` would."""
+        if not rows:
+            return ()
+        try:
+            objs = json.loads(b"[" + b",".join(data for _, data in rows) + b"]")
+        except ValueError:
+            objs = None
+        if not isinstance(objs, list) or len(objs) != len(rows):
+            return tuple(cls.decode(data, id=message_id) for message_id, data in rows)
+        out = []
+        for (message_id, _), obj in zip(rows, objs, strict=True):
+            message = cls._from_obj(obj)
+            message._memo["id"] = message_id
+            out.append(message)
+        return tuple(out)
+
+    @classmethod
     def _decode(cls, data: bytes) -> Message:
-        obj = json.loads(data)
+        return cls._from_obj(json.loads(data))
+
+    @classmethod
+    def _from_obj(cls, obj: Any) -> Message:
         replay = obj.get("replay")
         return cls(
             role=obj["role"],

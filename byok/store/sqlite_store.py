@@ -358,7 +358,7 @@ class SQLiteStore:
             raise StoreError(f"revision {revision_id} is corrupt: expected {count} messages in order")
         # The row's key is SHA-256 of these very bytes: a checkpoint need not re-encode the whole
         # history (and keep a second copy of it) just to learn the ids.
-        return tuple(Message.decode(data, id=message_id) for _, message_id, data in rows)
+        return Message.decode_many([(message_id, data) for _, message_id, data in rows])
 
     def _remember(self, head: Head) -> None:
         if head.revision_id is not None:

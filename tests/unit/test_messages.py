@@ -131,3 +131,26 @@ def test_canonical_json_sorts_nested_keys() -> None:
     assert canonical_json({"b": {"y": 1, "x": [2, {"d": 0, "c": 1}]}, "a": "é"}) == (
         '{"a":"é","b":{"x":[2,{"c":1,"d":0}],"y":1}}'.encode()
     )
+
+
+@given(st.lists(any_messages, max_size=8))
+def test_decode_many_is_decode_of_each(messages: list[Message]) -> None:
+    rows = [(m.id, m.encode()) for m in messages]
+    got = Message.decode_many(rows)
+    assert got == tuple(Message.decode(data, id=i) for i, data in rows) == tuple(messages)
+    assert [m.id for m in got] == [i for i, _ in rows]  # the stored key, not recomputed
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [b"", b"[1]", b'{"role":"user","origin":"user"},{"role":"user","origin":"user"}', b"{", b"\xff"],
+    ids=["empty", "not-an-object", "two-objects", "truncated", "not-utf8"],
+)
+def test_decode_many_fails_on_a_bad_row_as_decode_does(bad: bytes) -> None:
+    good = Message(role="user", origin="user", text="hi")
+    rows = [(good.id, good.encode()), (b"x" * 32, bad)]
+    with pytest.raises(Exception) as many:
+        Message.decode_many(rows)
+    with pytest.raises(Exception) as one:
+        Message.decode(bad)
+    assert type(many.value) is type(one.value)
