@@ -27,18 +27,37 @@ MMAP_THRESHOLD = 32 * 1024 * 1024
 TRIM_THRESHOLD = 64 * 1024 * 1024
 
 
-def tune_allocator() -> bool:
-    """Apply the settings; False where the C library is not glibc (nothing changed)."""
+def _glibc() -> ctypes.CDLL | None:
     if not sys.platform.startswith("linux"):
-        return False
+        return None
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+        libc.mallopt  # noqa: B018 - musl and others have no mallopt / malloc_trim
+        libc.malloc_trim.argtypes = (ctypes.c_size_t,)
     except (OSError, AttributeError):
-        return False  # musl and others: no mallopt
+        return None
+    return libc
+
+
+def tune_allocator() -> bool:
+    """Apply the settings; False where the C library is not glibc (nothing changed)."""
+    libc = _glibc()
+    if libc is None:
+        return False
+    mallopt = libc.mallopt
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
     # mallopt returns 1 on success.
     return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
         mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
     )
+
+
+def release_free_memory() -> bool:
+    """Hand freed heap back to the OS (``malloc_trim(0)``): for when the daemon goes idle, since
+    the settings above keep up to ``TRIM_THRESHOLD`` of it resident after a large turn. False
+    where the C library is not glibc."""
+    libc = _glibc()
+    if libc is None:
+        return False
+    return bool(libc.malloc_trim(0))

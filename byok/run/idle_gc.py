@@ -19,6 +19,8 @@ from collections.abc import Callable
 
 import trio
 
+from byok.allocator import release_free_memory
+
 log = logging.getLogger("byok.gc")
 
 # gc.set_threshold values: CPython's defaults for generations 0 and 1, generation 2 never on its own.
@@ -55,8 +57,11 @@ class RunActivity:
 
 
 def full_collection() -> None:
+    """A full collection, then the freed heap back to the OS (the allocator settings keep it
+    resident between turns, where re-faulting it would cost; an idle daemon need not hold it)."""
     started = time.perf_counter()
     found = gc.collect()
+    release_free_memory()
     took_ms = 1e3 * (time.perf_counter() - started)
     log.debug("full collection between runs: %d unreachable, %.1f ms", found, took_ms)
 

@@ -40,3 +40,29 @@ def test_tuned_allocator_reuses_big_buffers() -> None:
     assert default_faults > 20_000  # glibc hands the freed heap back and faults it in again
     # Only the first round grows the heap; the 19 after it reuse the same pages.
     assert tuned_faults < 4 * 1024
+
+
+_TRIM_SCRIPT = """
+import os
+from byok.allocator import release_free_memory, tune_allocator
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+tune_allocator()
+copies = [bytearray(b"x" * (8 << 20)) for _ in range(4)]  # 32 MiB, written in full
+del copies
+kept = rss()  # the tuned heap keeps the freed 32 MiB resident
+trimmed = release_free_memory()
+print(int(trimmed), kept - rss())
+"""
+
+
+def test_idle_upkeep_hands_freed_heap_back() -> None:
+    tuned, _ = _faults("tune")
+    if not tuned:
+        pytest.skip("not glibc: the allocator is left alone")
+    out = subprocess.run(
+        [sys.executable, "-c", _TRIM_SCRIPT], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.split()
+    assert out[0] == "1"
+    assert int(out[1]) > 24 << 20  # most of the 32 MiB left the process
