@@ -17,7 +17,7 @@ import trio
 
 from byok.allocator import tune_allocator
 from byok.config import Config, ConfigError, load_config
-from byok.run.idle_gc import FULL_COLLECTIONS_OFF
+from byok.run.upkeep import FULL_COLLECTIONS_OFF
 
 DEFAULT_CONFIG = Path("~/.config/byok/config.toml")
 
@@ -67,7 +67,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 gc.collect()
                 gc.freeze()
                 # A full collection scans every tracked object (21-52 ms with a few histories
-                # loaded): the daemon runs them between runs instead (run/idle_gc.py).
+                # loaded): the daemon runs them between runs instead (run/upkeep.py).
                 gc.set_threshold(*FULL_COLLECTIONS_OFF)
                 async for signum in signals:
                     if stop is None:

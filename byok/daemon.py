@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -21,12 +22,9 @@ from byok.http.offline import OfflineAnswers, UpstreamHealth
 from byok.http.proxy import serve_proxy
 from byok.http.serve import serve_app
 from byok.run.call_log import DRAIN_TIMEOUT_S, CallLog
-from byok.run.idle_gc import collect_when_idle
 from byok.run.runner import RunDeps, ToolSetup
+from byok.run.upkeep import between_runs, tidy
 from byok.store import AsyncStore
-
-# The WAL is copied into the database file after this much quiet (never on a run's path).
-WAL_IDLE_S = 1.0
 
 log = logging.getLogger("byok")
 # After the runs end, how long their streams get to write their last frames.
@@ -70,7 +68,6 @@ async def run_daemon(
         async with provider_client() as http, upstream_client() as up, trio.open_nursery() as nursery:
             # Call records are written by this task; cancelling the nursery makes it drain its queue.
             await nursery.start(call_log.run)
-            await nursery.start(store.checkpoint_when_idle, WAL_IDLE_S)
             deps = RunDeps(
                 config=config, store=store, prompts=prompts, tools=tools, http=http, call_log=call_log
             )
@@ -85,8 +82,8 @@ async def run_daemon(
                 offline=OfflineAnswers(config),
                 health=health,
             )
-            # Full GC collections between runs (byok serve turns the automatic ones off).
-            await nursery.start(collect_when_idle, app.activity)
+            # WAL checkpoints and full GC collections between runs, never during one.
+            await nursery.start(between_runs, app.activity, functools.partial(tidy, store))
             base_url, stop_server = await serve_app(
                 app, host=config.server.host, port=config.server.port, nursery=nursery
             )

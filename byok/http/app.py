@@ -41,9 +41,9 @@ from byok.pb.agent import v1 as agent
 from byok.pb.aiserver import v1 as aiserver
 from byok.run.bidi_order import OrderBufferFull
 from byok.run.conversation import ActiveRun, Supervisors
-from byok.run.idle_gc import RunActivity
 from byok.run.runner import Run, RunDeps
 from byok.run.slot import RunRegistry, RunSlot
+from byok.run.upkeep import RunActivity
 
 log = logging.getLogger("byok.http")
 
@@ -122,7 +122,7 @@ class App:
         self.active: set[ActiveRun] = set()
         self._idle = trio.Event()
         self._idle.set()
-        self.activity = RunActivity()  # what upkeep between runs waits for (run/idle_gc.py)
+        self.activity = RunActivity()  # what upkeep between runs waits for (run/upkeep.py)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":

@@ -12,8 +12,6 @@ cancellation is delivered, and the limiter is never released while the connectio
 from __future__ import annotations
 
 import functools
-import logging
-import math
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
@@ -22,11 +20,8 @@ import trio
 
 from byok.model.messages import Message
 from byok.model.usage import Usage
-from byok.store.errors import StoreError
 from byok.store.records import BlobEdge, Head, LlmCallRecord, RunRecord, RunStatus
 from byok.store.sqlite_store import SQLiteStore
-
-log = logging.getLogger("byok.store")
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -36,13 +31,6 @@ class AsyncStore:
     def __init__(self, store: SQLiteStore) -> None:
         self._store = store
         self._limiter = trio.CapacityLimiter(1)
-        # Activity, for checkpoint_when_idle: calls in flight, when the last one ended, and
-        # whether any came since the last checkpoint.
-        self._busy = 0
-        self._last_done = -math.inf
-        self._dirty = trio.Event()
-        self.checkpoints = 0
-        self.last_checkpoint_at: float | None = None
 
     @classmethod
     async def open(cls, data_dir: Path) -> AsyncStore:
@@ -59,39 +47,7 @@ class AsyncStore:
         """Run ``fn(sqlite_store, *args, **kwargs)`` on the store's worker, one call at a time.
         The typed methods below are this with a SQLiteStore method; use it directly for anything else."""
         job = functools.partial(fn, self._store, *args, **kwargs)
-        self._busy += 1
-        try:
-            return await trio.to_thread.run_sync(job, limiter=self._limiter)
-        finally:
-            self._busy -= 1
-            self._last_done = trio.current_time()
-            self._dirty.set()
-
-    async def checkpoint_when_idle(
-        self, idle_s: float, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        """Copy the WAL into the database file once the store has been quiet for ``idle_s``
-        after any call. A checkpoint syncs the WAL and the database file: run after each run, it
-        held the store's one worker for 0.6 ms (p90 1.8, up to 6 ms) just when the next run's
-        first store call wanted it. SQLite's autocheckpoint stays the bound under continuous load."""
-        task_status.started()
-        while True:
-            await self._dirty.wait()
-            while True:
-                if self._busy:  # its end moves _last_done: look again after that
-                    await trio.sleep(idle_s)
-                    continue
-                quiet_at = self._last_done + idle_s
-                if trio.current_time() >= quiet_at:
-                    break
-                await trio.sleep_until(quiet_at)
-            self._dirty = trio.Event()  # calls from here on ask for the next checkpoint
-            self.last_checkpoint_at = trio.current_time()
-            try:
-                await trio.to_thread.run_sync(self._store.checkpoint_wal, limiter=self._limiter)
-            except StoreError as e:
-                log.warning("WAL checkpoint failed: %s", e)
-            self.checkpoints += 1
+        return await trio.to_thread.run_sync(job, limiter=self._limiter)
 
     async def aclose(self) -> None:
         await self.call(SQLiteStore.close)

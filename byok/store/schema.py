@@ -178,9 +178,8 @@ def _configure(conn: sqlite3.Connection, path: Path) -> None:
         conn.execute("PRAGMA foreign_keys=ON")
         conn.execute("PRAGMA busy_timeout=5000")
         # SQLite checkpoints the WAL inside whichever COMMIT crosses the limit: with multi-MB tool
-        # results that was every other append, on a turn's critical path. The store checkpoints
-        # once it has been idle for a moment instead (AsyncStore.checkpoint_when_idle); this is only
-        # the safety net.
+        # results that was every other append, on a turn's critical path. The daemon checkpoints
+        # between runs instead (run/upkeep.py); this is only the safety net.
         conn.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")
     except sqlite3.Error as e:
         raise StoreError(f"cannot configure {path}: {e}") from e

@@ -7,12 +7,10 @@ import stat
 import subprocess
 import sys
 import textwrap
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import trio
-import trio.testing
 
 from byok.model.messages import Message
 from byok.store import DB_FILENAME, AsyncStore, StaleRevision
@@ -192,34 +190,3 @@ async def test_cancelled_caller_leaves_a_consistent_store(tmp_path: Path) -> Non
             # Either the whole append committed or none of it did; the store stays usable.
             assert after.version in (head.version, head.version + 1)
             assert len(after.messages) == after.version
-
-
-async def _until(predicate: Callable[[], bool]) -> None:
-    """Virtual time runs on while a real worker thread finishes: poll, bounded."""
-    with trio.fail_after(60):
-        while not predicate():
-            await trio.sleep(0.01)
-
-
-async def test_the_wal_is_checkpointed_only_once_the_store_is_quiet(
-    tmp_path: Path, autojump_clock: trio.testing.MockClock
-) -> None:
-    async with await AsyncStore.open(tmp_path / "data") as store, trio.open_nursery() as nursery:
-        await nursery.start(store.checkpoint_when_idle, 1.0)
-        db = store.path
-        before = db.stat().st_size
-        version = 0
-        # A call every 0.5 s for 5 s: never quiet for 1 s, so no checkpoint meanwhile.
-        for i in range(10):
-            version = (await store.append("c", version, [user(f"{i}" * 400_000)], 1)).version
-            await trio.sleep(0.5)
-            assert store.checkpoints == 0
-        assert db.stat().st_size - before < 400_000  # all of it still in the WAL
-        last = trio.current_time() - 0.5
-        await _until(lambda: store.checkpoints == 1)
-        assert store.last_checkpoint_at is not None and store.last_checkpoint_at >= last + 1.0
-        assert db.stat().st_size - before > 4_000_000
-        # Nothing new: no second checkpoint, however long the store stays idle.
-        await trio.sleep(10)
-        assert store.checkpoints == 1
-        nursery.cancel_scope.cancel()

@@ -1,0 +1,128 @@
+"""Upkeep runs between runs: after a quiet second with no run active, or after five minutes of
+unbroken activity, and never twice for the same work. With the daemon's own upkeep, the WAL
+stays out of the database file while runs come and goes in afterwards."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import trio
+import trio.testing
+
+from byok.model.messages import Message
+from byok.run.upkeep import RunActivity, between_runs, tidy
+from byok.store import AsyncStore
+
+
+async def _collector(nursery: trio.Nursery, activity: RunActivity) -> list[float]:
+    times: list[float] = []
+
+    async def work() -> None:
+        times.append(trio.current_time())
+
+    await nursery.start(
+        lambda task_status: between_runs(activity, work, idle_s=1.0, max_gap_s=300.0, task_status=task_status)
+    )
+    return times
+
+
+async def test_collects_once_a_second_after_the_last_run_ends(autojump_clock: trio.testing.MockClock) -> None:
+    activity = RunActivity()
+    async with trio.open_nursery() as nursery:
+        times = await _collector(nursery, activity)
+        await trio.sleep(50)
+        assert times == []  # nothing has run: nothing to collect
+        activity.started()
+        await trio.sleep(5)  # a 5 s run: no collection while it is active
+        activity.started()  # a second one overlaps it
+        activity.finished()
+        await trio.sleep(0.5)
+        activity.finished()
+        end = trio.current_time()
+        await trio.sleep(0.9)
+        assert times == []  # quiet, but not for a second yet
+        await trio.sleep(0.2)
+        assert times == [end + 1.0]
+        await trio.sleep(1000)
+        assert times == [end + 1.0]  # no new run: no second collection
+        nursery.cancel_scope.cancel()
+
+
+async def test_back_to_back_runs_are_not_interrupted(autojump_clock: trio.testing.MockClock) -> None:
+    activity = RunActivity()
+    async with trio.open_nursery() as nursery:
+        times = await _collector(nursery, activity)
+        for _ in range(20):  # runs 0.5 s apart: never a quiet second between them
+            activity.started()
+            await trio.sleep(2)
+            activity.finished()
+            await trio.sleep(0.5)
+        assert times == []
+        await trio.sleep(1)
+        assert len(times) == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_unbroken_activity_is_collected_every_max_gap(autojump_clock: trio.testing.MockClock) -> None:
+    activity = RunActivity()
+    async with trio.open_nursery() as nursery:
+        t0 = trio.current_time()
+        times = await _collector(nursery, activity)
+        activity.started()  # one run that never ends, with others coming and going beside it
+        for _ in range(100):
+            activity.started()
+            await trio.sleep(5)
+            activity.finished()
+        assert [round(t - t0) for t in times] == [300]
+        nursery.cancel_scope.cancel()
+
+
+async def _until(predicate: Callable[[], bool]) -> None:
+    """Virtual time runs on while a real worker thread finishes: poll, bounded."""
+    with trio.fail_after(60):
+        while not predicate():
+            await trio.sleep(0.01)
+
+
+async def test_the_wal_is_checkpointed_only_between_runs(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    activity = RunActivity()
+    done: list[float] = []
+
+    async with await AsyncStore.open(tmp_path / "data") as store, trio.open_nursery() as nursery:
+
+        async def work() -> None:
+            started = trio.current_time()
+            await tidy(store)
+            done.append(started)
+
+        await nursery.start(
+            # No max gap: while a store call waits on its real thread, the mock clock jumps to
+            # the nearest deadline, and a gap deadline would be reached in no real time.
+            lambda task_status: between_runs(
+                activity, work, idle_s=1.0, max_gap_s=math.inf, task_status=task_status
+            )
+        )
+        db = store.path
+        before = db.stat().st_size
+        version = 0
+        # A run every 0.5 s for 5 s, each appending: never a quiet second, so no checkpoint.
+        for i in range(10):
+            activity.started()
+            message = Message(role="user", origin="runtime", text=f"{i}" * 400_000)
+            version = (await store.append("c", version, [message], 1)).version
+            activity.finished()
+            await trio.sleep(0.5)
+            assert done == []
+        assert db.stat().st_size - before < 400_000  # all of it still in the WAL
+        last = activity.last_end
+        await _until(lambda: len(done) == 1)
+        assert done[0] >= last + 1.0
+        assert db.stat().st_size - before > 4_000_000
+        # Nothing new: no second checkpoint, however long the daemon stays idle.
+        await trio.sleep(10)
+        assert len(done) == 1
+        nursery.cancel_scope.cancel()
