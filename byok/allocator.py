@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import sys
 
 # mallopt(3) parameter numbers (glibc malloc.h).
@@ -27,12 +28,15 @@ MMAP_THRESHOLD = 32 * 1024 * 1024
 TRIM_THRESHOLD = 64 * 1024 * 1024
 
 
+@functools.cache  # loaded once; the upkeep between runs asks for it each time it runs
 def _glibc() -> ctypes.CDLL | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.mallopt  # noqa: B018 - musl and others have no mallopt / malloc_trim
+        # musl and others have no mallopt / malloc_trim: AttributeError.
+        libc.mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+        libc.mallopt.restype = ctypes.c_int
         libc.malloc_trim.argtypes = (ctypes.c_size_t,)
     except (OSError, AttributeError):
         return None
@@ -44,12 +48,9 @@ def tune_allocator() -> bool:
     libc = _glibc()
     if libc is None:
         return False
-    mallopt = libc.mallopt
-    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-    mallopt.restype = ctypes.c_int
     # mallopt returns 1 on success.
-    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
-        mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
+        libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
     )
 
 
