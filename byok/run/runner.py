@@ -417,9 +417,9 @@ class Run:
 
         def published(message: Message, outcome: ToolOutcome) -> None:
             # The settled checkpoint will reference this result's root and (for a known tool) its
-            # step: SET them now, behind its card, so their ACKs come back while the result is
-            # committed and other tools run. Blobs are content-addressed: a SET of a result whose
-            # commit then fails leaves the client an unreferenced blob, nothing more.
+            # step: SET them now, so their ACKs come back while the result is committed and other
+            # tools run. Blobs are content-addressed: a SET of a result whose commit then fails
+            # leaves the client an unreferenced blob, nothing more.
             blobs = [self._root_of(message, with_data=True)]
             if message.tool_name in self.deps.tools.registry:
                 blobs.append(Blob.of(encode.tool_step(outcome.ui_bytes())))

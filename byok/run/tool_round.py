@@ -149,7 +149,7 @@ class ToolRound:
         self.registry = registry
         self.send = send
         self.commit = commit
-        self.published = published  # a result's card is queued; its commit comes next
+        self.published = published  # a result is ready: its blobs may go out before its commit
         self.round_id = round_id
         self.model_call_id = model_call_id
 
@@ -198,14 +198,15 @@ class ToolRound:
                 tool_round_id=self.round_id,
                 completion_seq=seq,
             )
-            # Card and blob SETs are queued before the commit, so the client reads and ACKs
-            # megabytes while SQLite writes them. Neither is a checkpoint: a crash before the
-            # commit leaves the round staged, and a resume runs it again.
-            if call.name in self.registry:
-                self.send(encode.tool_call_completed(call_id, outcome.ui_bytes(), self.model_call_id))
-                await let_ready_tasks_run()  # the card starts on its way before the blobs are built
+            # The blob SETs go out before the commit, so the client reads and ACKs megabytes
+            # while SQLite writes them: a blob the client holds is no checkpoint, and one of a
+            # result whose commit then fails is merely unreferenced. The card waits for the
+            # commit: a completed card means the result is in the history (a cancel after it
+            # keeps the result).
             self.published(message, outcome)
             await self.commit(message)
+            if call.name in self.registry:
+                self.send(encode.tool_call_completed(call_id, outcome.ui_bytes(), self.model_call_id))
             await let_ready_tasks_run()
             completions.append(Completion(call, outcome))
         return completions
