@@ -5,7 +5,6 @@ stays out of the database file while runs come and goes in afterwards."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from pathlib import Path
 
 import trio
@@ -79,25 +78,20 @@ async def test_unbroken_activity_is_collected_every_max_gap(autojump_clock: trio
         nursery.cancel_scope.cancel()
 
 
-async def _until(predicate: Callable[[], bool]) -> None:
-    """Virtual time runs on while a real worker thread finishes: poll, bounded."""
-    with trio.fail_after(60):
-        while not predicate():
-            await trio.sleep(0.01)
-
-
 async def test_the_wal_is_checkpointed_only_between_runs(
     tmp_path: Path, autojump_clock: trio.testing.MockClock
 ) -> None:
     activity = RunActivity()
     done: list[float] = []
+    finished = trio.Event()
 
     async with await AsyncStore.open(tmp_path / "data") as store, trio.open_nursery() as nursery:
 
         async def work() -> None:
             started = trio.current_time()
-            await tidy(store)
+            await tidy(store)  # real threads and a real collection: waited for, not timed
             done.append(started)
+            finished.set()
 
         await nursery.start(
             # No max gap: while a store call waits on its real thread, the mock clock jumps to
@@ -119,7 +113,7 @@ async def test_the_wal_is_checkpointed_only_between_runs(
             assert done == []
         assert db.stat().st_size - before < 400_000  # all of it still in the WAL
         last = activity.last_end
-        await _until(lambda: len(done) == 1)
+        await finished.wait()
         assert done[0] >= last + 1.0
         assert db.stat().st_size - before > 4_000_000
         # Nothing new: no second checkpoint, however long the daemon stays idle.
