@@ -1,5 +1,5 @@
 """byok's TOML configuration: ``[server]``, ``[[providers]]``, ``[[models]]``, and the optional
-``[models_list]`` (where byok's models go in Cursor's picker) and ``[proxy]`` tables.
+``[models_list]`` (where byok's models go in Cursor's picker), ``[proxy]`` and ``[logging]`` tables.
 
 Validation is strict (unknown keys are errors at every level) because a typo such as
 ``upstream_modle`` would otherwise silently fall back to a default and surface much later
@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Final, Literal, TypeVar, get_args
-from urllib.parse import urlsplit
+from typing import Final, Literal, get_args
 
 import attrs
+
+from byok.config_reader import Table, check_port, check_url, pick
 
 ProviderKind = Literal["openai_chat", "openai_responses", "anthropic"]
 PROVIDER_KINDS: Final[tuple[str, ...]] = get_args(ProviderKind)
@@ -158,126 +159,6 @@ class Config:
         return next((p for p in self.providers if p.id == provider_id), None)
 
 
-# --- typed access to a TOML table -----------------------------------------------------
-
-T = TypeVar("T")
-
-
-def _type_name(value: object) -> str:
-    # TOML's own vocabulary reads better in an error than Python's.
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    names = {str: "string", float: "float", dict: "table", list: "array"}
-    return names.get(type(value), "date/time")
-
-
-class _Table:
-    """A TOML table being validated: typed getters that report errors with the key path."""
-
-    def __init__(self, source: str, path: str, data: Mapping[str, object]) -> None:
-        self.source = source
-        self.path = path
-        self.data = data
-
-    def key_path(self, key: str) -> str:
-        return f"{self.path}.{key}" if self.path else key
-
-    def error(self, key: str, problem: str) -> ConfigError:
-        return ConfigError(self.source, self.key_path(key), problem)
-
-    def check_keys(self, allowed: tuple[str, ...]) -> None:
-        for key in self.data:
-            if key not in allowed:
-                raise self.error(key, f"unknown key (allowed: {', '.join(allowed)})")
-
-    def _get(self, key: str, required: bool, check: Callable[[object], bool], expected: str) -> object:
-        if key not in self.data:
-            if required:
-                raise self.error(key, "missing required key")
-            return None
-        value = self.data[key]
-        if not check(value):
-            raise self.error(key, f"expected {expected}, got {_type_name(value)}")
-        return value
-
-    def string(self, key: str, *, required: bool = False, nonempty: bool = True) -> str | None:
-        value = self._get(key, required, lambda v: isinstance(v, str), "string")
-        assert value is None or isinstance(value, str)
-        if value is not None and nonempty and not value.strip():
-            raise self.error(key, "must not be empty")
-        return value
-
-    def integer(self, key: str, *, required: bool = False, minimum: int | None = 1) -> int | None:
-        # bool is an int subclass in Python; TOML keeps them apart, so do we.
-        value = self._get(key, required, lambda v: isinstance(v, int) and not isinstance(v, bool), "integer")
-        assert value is None or isinstance(value, int)
-        if value is not None and minimum is not None and value < minimum:
-            raise self.error(key, f"must be >= {minimum}, got {value}")
-        return value
-
-    def number(self, key: str) -> float | None:
-        value = self._get(
-            key, False, lambda v: isinstance(v, int | float) and not isinstance(v, bool), "number"
-        )
-        assert value is None or isinstance(value, int | float)
-        if value is not None and not value > 0:
-            raise self.error(key, f"must be > 0, got {value}")
-        return None if value is None else float(value)
-
-    def boolean(self, key: str) -> bool | None:
-        value = self._get(key, False, lambda v: isinstance(v, bool), "boolean")
-        assert value is None or isinstance(value, bool)
-        return value
-
-    def strings(self, key: str) -> list[str] | None:
-        value = self._get(key, False, lambda v: isinstance(v, list), "array of strings")
-        assert value is None or isinstance(value, list)
-        if value is None:
-            return None
-        for i, item in enumerate(value):
-            if not isinstance(item, str):
-                raise self.error(f"{key}[{i}]", f"expected string, got {_type_name(item)}")
-            if not item.strip():
-                raise self.error(f"{key}[{i}]", "must not be empty")
-        return list(value)
-
-    def tables(self, key: str) -> list[_Table]:
-        value = self._get(key, False, lambda v: isinstance(v, list), "array of tables")
-        assert value is None or isinstance(value, list)
-        out = []
-        for i, item in enumerate(value or []):
-            item_path = f"{self.key_path(key)}[{i}]"
-            if not isinstance(item, dict):
-                raise ConfigError(self.source, item_path, f"expected table, got {_type_name(item)}")
-            out.append(_Table(self.source, item_path, item))
-        return out
-
-    def table(self, key: str) -> _Table:
-        value = self._get(key, False, lambda v: isinstance(v, dict), "table")
-        assert value is None or isinstance(value, dict)
-        return _Table(self.source, self.key_path(key), value or {})
-
-
-def _pick(value: T | None, default: T) -> T:
-    return default if value is None else value
-
-
-def _check_url(table: _Table, key: str, url: str) -> str:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise table.error(key, f"expected an http(s) URL, got {url!r}")
-    return url.rstrip("/")
-
-
-def _check_port(table: _Table, key: str, port: int | None) -> int | None:
-    # 0 means "any free port": the test harness and `byok serve --port 0` rely on it.
-    if port is not None and not 0 <= port <= 65535:
-        raise table.error(key, f"port must be between 0 and 65535, got {port}")
-    return port
-
-
 # --- sections -------------------------------------------------------------------------
 
 _SERVER_KEYS = (
@@ -311,43 +192,43 @@ _LOGGING_KEYS = ("detailed",)
 _OVERRIDE_KEYS = ("host", "port", "data_dir")
 
 
-def _server(t: _Table, overrides: Mapping[str, object]) -> ServerConfig:
+def _server(t: Table, overrides: Mapping[str, object]) -> ServerConfig:
     t.check_keys(_SERVER_KEYS)
     # Overrides come from CLI flags; they are validated with the same rules, reported
     # against the command line rather than the file.
     given = {k: str(v) if isinstance(v, Path) else v for k, v in overrides.items() if v is not None}
-    o = _Table(OVERRIDES_SOURCE, "", given)
+    o = Table(OVERRIDES_SOURCE, "", given, ConfigError)
     o.check_keys(_OVERRIDE_KEYS)
 
-    host = _pick(o.string("host"), _pick(t.string("host"), DEFAULT_HOST))
-    port = _pick(
-        _check_port(o, "port", o.integer("port", minimum=None)),
-        _pick(_check_port(t, "port", t.integer("port", minimum=None)), DEFAULT_PORT),
+    host = pick(o.string("host"), pick(t.string("host"), DEFAULT_HOST))
+    port = pick(
+        check_port(o, "port", o.integer("port", minimum=None)),
+        pick(check_port(t, "port", t.integer("port", minimum=None)), DEFAULT_PORT),
     )
-    data_dir = _pick(o.string("data_dir"), _pick(t.string("data_dir"), DEFAULT_DATA_DIR))
+    data_dir = pick(o.string("data_dir"), pick(t.string("data_dir"), DEFAULT_DATA_DIR))
     upstream = t.string("upstream")
     return ServerConfig(
         host=host,
         port=port,
         data_dir=Path(data_dir).expanduser(),
-        upstream=DEFAULT_UPSTREAM if upstream is None else _check_url(t, "upstream", upstream),
-        heartbeat_s=_pick(t.number("heartbeat_s"), DEFAULT_HEARTBEAT_S),
-        kv_ack_timeout_s=_pick(t.number("kv_ack_timeout_s"), DEFAULT_KV_ACK_TIMEOUT_S),
-        max_body_bytes=_pick(t.integer("max_body_bytes"), DEFAULT_MAX_BODY_BYTES),
-        provider_max_tries=_pick(t.integer("provider_max_tries"), 4),
-        provider_retry_base_s=_pick(t.number("provider_retry_base_s"), 0.5),
-        reconnect_grace_s=_pick(t.number("reconnect_grace_s"), 30.0),
-        shutdown_grace_s=_pick(t.number("shutdown_grace_s"), 10.0),
+        upstream=DEFAULT_UPSTREAM if upstream is None else check_url(t, "upstream", upstream),
+        heartbeat_s=pick(t.number("heartbeat_s"), DEFAULT_HEARTBEAT_S),
+        kv_ack_timeout_s=pick(t.number("kv_ack_timeout_s"), DEFAULT_KV_ACK_TIMEOUT_S),
+        max_body_bytes=pick(t.integer("max_body_bytes"), DEFAULT_MAX_BODY_BYTES),
+        provider_max_tries=pick(t.integer("provider_max_tries"), 4),
+        provider_retry_base_s=pick(t.number("provider_retry_base_s"), 0.5),
+        reconnect_grace_s=pick(t.number("reconnect_grace_s"), 30.0),
+        shutdown_grace_s=pick(t.number("shutdown_grace_s"), 10.0),
     )
 
 
-def _provider(t: _Table) -> ProviderConfig:
+def _provider(t: Table) -> ProviderConfig:
     t.check_keys(_PROVIDER_KEYS)
     pid = t.string("id", required=True)
     kind = t.string("kind", required=True)
     if kind not in PROVIDER_KINDS:
         raise t.error("kind", f"unknown kind {kind!r} (expected one of: {', '.join(PROVIDER_KINDS)})")
-    base_url = _check_url(t, "base_url", t.string("base_url", required=True) or "")
+    base_url = check_url(t, "base_url", t.string("base_url", required=True) or "")
     api_key_env = t.string("api_key_env")
     api_key = t.string("api_key")
     if api_key_env is not None and api_key is not None:
@@ -364,7 +245,7 @@ def _provider(t: _Table) -> ProviderConfig:
     )
 
 
-def _model(t: _Table) -> ModelConfig:
+def _model(t: Table) -> ModelConfig:
     t.check_keys(_MODEL_KEYS)
     mid = t.string("id", required=True)
     provider = t.string("provider", required=True)
@@ -379,34 +260,34 @@ def _model(t: _Table) -> ModelConfig:
         context_tokens=context_tokens,
         display_name=t.string("display_name"),
         max_output_tokens=t.integer("max_output_tokens"),
-        replay_reasoning=_pick(t.boolean("replay_reasoning"), True),
-        enabled=_pick(t.boolean("enabled"), True),
-        thinking=_pick(t.boolean("thinking"), False),
+        replay_reasoning=pick(t.boolean("replay_reasoning"), True),
+        enabled=pick(t.boolean("enabled"), True),
+        thinking=pick(t.boolean("thinking"), False),
     )
 
 
-def _models_list(t: _Table) -> ModelsListConfig:
+def _models_list(t: Table) -> ModelsListConfig:
     t.check_keys(_MODELS_LIST_KEYS)
-    placement = _pick(t.string("placement"), "first")
+    placement = pick(t.string("placement"), "first")
     if placement not in PLACEMENTS:
         raise t.error("placement", f"expected one of: {', '.join(PLACEMENTS)}, got {placement!r}")
     return ModelsListConfig(placement=placement)  # type: ignore[arg-type]  # checked above
 
 
-def _proxy(t: _Table) -> ProxyConfig:
+def _proxy(t: Table) -> ProxyConfig:
     t.check_keys(_PROXY_KEYS)
     intercept = t.strings("intercept")
     return ProxyConfig(
-        enabled=_pick(t.boolean("enabled"), False),
-        host=_pick(t.string("host"), DEFAULT_HOST),
-        port=_pick(_check_port(t, "port", t.integer("port", minimum=None)), DEFAULT_PROXY_PORT),
+        enabled=pick(t.boolean("enabled"), False),
+        host=pick(t.string("host"), DEFAULT_HOST),
+        port=pick(check_port(t, "port", t.integer("port", minimum=None)), DEFAULT_PROXY_PORT),
         intercept=DEFAULT_PROXY_INTERCEPT if intercept is None else tuple(p.strip() for p in intercept),
     )
 
 
-def _logging(t: _Table) -> LoggingConfig:
+def _logging(t: Table) -> LoggingConfig:
     t.check_keys(_LOGGING_KEYS)
-    return LoggingConfig(detailed=_pick(t.boolean("detailed"), False))
+    return LoggingConfig(detailed=pick(t.boolean("detailed"), False))
 
 
 def _unique_ids(source: str, section: str, ids: list[str]) -> None:
@@ -422,7 +303,7 @@ def _unique_ids(source: str, section: str, ids: list[str]) -> None:
 
 
 def _build(source: str, data: Mapping[str, object], overrides: Mapping[str, object]) -> Config:
-    root = _Table(source, "", data)
+    root = Table(source, "", data, ConfigError)
     root.check_keys(("server", "providers", "models", "models_list", "proxy", "logging"))
     server = _server(root.table("server"), overrides)
     providers = [_provider(t) for t in root.tables("providers")]

@@ -105,7 +105,7 @@ async def run_daemon(
             await stop.wait()
             log.info("shutting down: waiting up to %gs for active runs", config.server.shutdown_grace_s)
             await app.shutdown(config.server.shutdown_grace_s)
-            await app.drain_streams(STREAM_DRAIN_S)
+            await app.run_streams.drain_streams(STREAM_DRAIN_S)
             if stop_proxy is not None:
                 stop_proxy()
             stop_server()

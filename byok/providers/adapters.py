@@ -7,7 +7,15 @@ from collections.abc import Callable
 import attrs
 
 from byok.model.request import ModelRequest, RenderedRequest
-from byok.providers import anthropic, openai_chat, openai_responses
+from byok.providers import (
+    anthropic_request,
+    anthropic_stream,
+    openai_chat_request,
+    openai_chat_stream,
+    openai_responses_request,
+    openai_responses_stream,
+)
+from byok.providers.kinds import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES
 from byok.providers.runner import Endpoint, StreamParser
 
 ANTHROPIC_VERSION = "2023-06-01"
@@ -47,11 +55,11 @@ def _anthropic_auth(api_key: str | None) -> tuple[tuple[str, str], ...]:
 ADAPTERS: dict[str, Adapter] = {
     a.kind: a
     for a in (
-        Adapter("openai_chat", openai_chat.render_request, openai_chat.ChatStreamParser,
+        Adapter(OPENAI_CHAT, openai_chat_request.render_request, openai_chat_stream.ChatStreamParser,
                 "/chat/completions", _bearer),
-        Adapter("openai_responses", openai_responses.render_request, openai_responses.ResponsesStreamParser,
-                "/responses", _bearer),
-        Adapter("anthropic", anthropic.render_request, anthropic.AnthropicStreamParser,
+        Adapter(OPENAI_RESPONSES, openai_responses_request.render_request,
+                openai_responses_stream.ResponsesStreamParser, "/responses", _bearer),
+        Adapter(ANTHROPIC, anthropic_request.render_request, anthropic_stream.AnthropicStreamParser,
                 "/v1/messages", _anthropic_auth),
     )
 }  # fmt: skip

@@ -13,25 +13,17 @@ Frame orders (seeds 000 §19, §21, §22.3):
 
 from __future__ import annotations
 
-import datetime
 import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping
 
 import attrs
-import betterproto2
 import httpx
 import trio
 
 from byok.config import Config, ModelConfig, ProviderConfig
 from byok.cursor import encode
-from byok.cursor.background import (
-    completion_event_id,
-    completion_message,
-    is_subagent_finished,
-    simulated_user_message,
-)
 from byok.cursor.checkpoint import (
     Blob,
     Checkpoint,
@@ -40,9 +32,8 @@ from byok.cursor.checkpoint import (
     build_checkpoint,
     thinking_step,
 )
-from byok.cursor.prompting import ModeAssets, build_runtime_message, mode_name, request_context_sections
+from byok.cursor.prompting import ModeAssets, mode_name
 from byok.cursor.request import RunStart
-from byok.cursor.token_breakdown import BreakdownInput, breakdown, to_proto
 from byok.cursor.tools.base import ToolDef, ToolOutcome
 from byok.http.connect_envelope import ConnectError, end_stream_error, end_stream_ok
 from byok.loop.model_call import ModelCallResult
@@ -55,12 +46,15 @@ from byok.providers.adapters import adapter_for
 from byok.run.call_log import CallLog
 from byok.run.conversation import ConversationMemory, ConversationSupervisor
 from byok.run.crash import crash_point
-from byok.run.history import StartFailed, fetch_turn, import_history, resume_point
+from byok.run.history import StartFailed
+from byok.run.inbox_pump import pump_inbox
 from byok.run.kv import KvFailure, KvLink
 from byok.run.provider_call import CallContext, ProviderCallFailed, call_model
 from byok.run.slot import RunSlot, let_ready_tasks_run
+from byok.run.start_point import begin, changed_under_run, ends_with_answer, runtime_message, start_point
+from byok.run.token_details import token_details
 from byok.run.tool_round import ExecRouter, ToolRound
-from byok.store import AsyncStore, RunExists, SQLiteStore, StaleRevision
+from byok.store import AsyncStore, RunExists, StaleRevision
 from byok.store.records import Head
 
 log = logging.getLogger("byok.run")
@@ -83,80 +77,10 @@ class RunDeps:
     wall_ms: Callable[[], int] = attrs.field(default=lambda: int(time.time() * 1000))
 
 
-def _load_start(
-    s: SQLiteStore, run: tuple[str, str], conversation_id: str, now_ms: int
-) -> tuple[Head, tuple[bytes, ...]]:
-    s.start_run(run[0], conversation_id, run[1], now_ms)
-    head = s.head(conversation_id)
-    return head, s.turns_at(head.revision_id)
-
-
-@attrs.frozen
-class Begun:
-    """What ``_begin_user_turn`` found and did in its one trip to the store's thread."""
-
-    head: Head
-    turns: tuple[bytes, ...]
-    appended: bool  # False: the run must import the client's history first, then append
-
-
-def _begin_user_turn(
-    s: SQLiteStore,
-    run: tuple[str, str],
-    conversation_id: str,
-    event_id: str,
-    message_id: str,
-    runtime: Message,
-    now_ms: int,
-    *,
-    may_import: bool,
-) -> Begun:
-    """The start of a user turn in one hop to the store's thread and one fsync: load the head,
-    branch for an edit, append the runtime message exactly once (a retried run_request replays)
-    with the run's row in the same transaction."""
-    head = s.head(conversation_id)
-    turns = s.turns_at(head.revision_id)
-    if head.version == 0 and may_import:
-        s.start_run(run[0], conversation_id, run[1], now_ms)
-        return Begun(head, turns, appended=False)
-    if s.runtime_event_message(conversation_id, event_id) is not None:
-        s.start_run(run[0], conversation_id, run[1], now_ms)
-        return Begun(head, turns, appended=True)
-    if message_id:
-        seen, anchor = s.input_anchor(conversation_id, message_id)
-        if seen and anchor != head.revision_id:
-            # An edited (or retried) message: branch from the revision before it.
-            head = s.move_head(conversation_id, head.version, anchor, now_ms)
-            turns = s.turns_at(anchor)
-    head = s.append(
-        conversation_id,
-        head.version,
-        [runtime],
-        now_ms,
-        event_id=event_id,
-        input_id=message_id or None,
-        start_run=run,
-    )
-    return Begun(head, turns, appended=True)
-
-
-def _ends_with_answer(messages: tuple[Message, ...]) -> bool:
-    return bool(messages) and messages[-1].role == "assistant" and not messages[-1].tool_calls
-
-
-def iso_utc(ms: int) -> str:
-    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).isoformat(timespec="seconds")
-
-
 class RunFailed(Exception):
     def __init__(self, error: ConnectError) -> None:
         super().__init__(str(error))
         self.error = error
-
-
-def _changed_under_run(e: StaleRevision) -> RunFailed:
-    # The supervisor serializes runs, so only an outside writer can move the head.
-    return RunFailed(ConnectError("aborted", f"conversation changed under this run: {e}"))
 
 
 class Run:
@@ -192,7 +116,7 @@ class Run:
         ended_ok = False  # the ok end-stream is queued: the outcome the client gets is decided
         with scope:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._pump_inbox, scope)
+                nursery.start_soon(pump_inbox, self.slot, self.kv, self.router, scope)
                 try:
                     await self._turn()
                     ended_ok = True
@@ -241,25 +165,6 @@ class Run:
                 usage=self.usage,
             )
 
-    async def _pump_inbox(self, run_scope: trio.CancelScope) -> None:
-        rid = self.start.request_id
-        async for msg in self.slot.inbox:
-            name, value = betterproto2.which_one_of(msg, "message")
-            if name == "client_heartbeat":
-                self.slot.send(encode.heartbeat())
-            elif name == "kv_client_message":
-                if not self.kv.on_client(value):
-                    log.info("run %s: ignoring late/unknown kv answer id=%s", rid, value.id)
-            elif name == "exec_client_message":
-                self.router.on_exec_message(value)
-            elif name == "exec_client_control_message":
-                self.router.on_control(value)
-            elif name == "conversation_action" and value.cancel_action is not None:
-                log.info("run %s: cancelled by client", rid)
-                run_scope.cancel()
-            else:
-                log.warning("run %s: ignoring client message %s", rid, name)
-
     # --- the turn ----------------------------------------------------------------------
     async def _turn(self) -> None:
         try:
@@ -269,7 +174,7 @@ class Run:
         if staged is not None:
             # Resume of a staged round: run its tools again, without calling the provider again.
             turn = await self._execute_round(turn, staged)
-        elif self.start.action == "resume_action" and _ends_with_answer(self._current_head().messages):
+        elif self.start.action == "resume_action" and ends_with_answer(self._current_head().messages):
             # The client resumed from the turn-end staged checkpoint: the answer is committed,
             # only the final checkpoints are missing.
             await self._publish_final(turn)
@@ -278,7 +183,13 @@ class Run:
             crash_point("provider_call_planned")
             result = await self._call_model()
             self.usage = result.usage if self.usage is None else self.usage + result.usage
-            self.details = self._token_details(result.usage)
+            self.details = token_details(
+                result.usage,
+                system_prompt=self.assets.system,
+                tool_specs=self.tool_specs,
+                request_context=self.start.request_context,
+                context_tokens=self.model.context_tokens,
+            )
             if result.message.thinking:
                 turn = turn.with_step(thinking_step(result.message.thinking, result.thinking_duration_ms))
             if result.message.text:
@@ -293,113 +204,31 @@ class Run:
         """Load or import the history, move the head for an edit or a resume, append the run's
         runtime message(s) exactly once; return the turn to build and any staged round to re-run."""
         st = self.start
-        store = self.deps.store
-        state = st.client_state
-        event_id = f"run-request:{st.request_id}"
-        may_import = state is not None and bool(state.root_prompt_messages_json)
-        user = st.user_message
-        if st.action == "user_message_action":
-            assert user is not None
-            # The common path: one store trip, one fsync, before the provider call.
-            runtime = build_runtime_message(
-                self.assets.runtime_template,
-                request_id=st.request_id,
-                user_message=user,
-                request_context=st.request_context,
-                now_iso=iso_utc(self.deps.wall_ms()),
-                time_zone=None,
-            )
-            try:
-                begun = await store.call(
-                    _begin_user_turn,
-                    (st.request_id, st.model_id),
-                    st.conversation_id,
-                    event_id,
-                    user.message_id,
-                    runtime,
-                    self.deps.wall_ms(),
-                    may_import=may_import,
-                )
-            except StaleRevision as e:
-                raise _changed_under_run(e) from None
-            except RunExists as e:
-                raise self._request_id_reused(e) from None
-            self._row = "mine"
-            self.head, self.prior_turns = begun.head, begun.turns
-            self._remember_client_state()
-            if not begun.appended:
-                await self._import_history()
-                await self._append([runtime], event_id=event_id, input_id=user.message_id or None)
-            return TurnRecord(st.request_id, bytes(user)), None
-
+        wall_ms = self.deps.wall_ms
+        runtime = runtime_message(self.assets, st, wall_ms()) if st.action == "user_message_action" else None
         try:
-            self.head, self.prior_turns = await store.call(
-                _load_start, (st.request_id, st.model_id), st.conversation_id, self.deps.wall_ms()
-            )
+            begun = await begin(self.deps.store, st, runtime, wall_ms())
         except RunExists as e:
-            raise self._request_id_reused(e) from None
+            self._row = "foreign"
+            raise RunFailed(
+                ConnectError("already_exists", f"request id already used by an earlier run: {e}")
+            ) from None
         self._row = "mine"
-        imported = False
-        if self.head.version == 0 and may_import:
-            await self._import_history()
-            imported = True
-        self._remember_client_state()
-
-        if st.action == "resume_action":
-            if state is None or not state.root_prompt_messages_json:
-                return TurnRecord(st.request_id, bytes(agent.UserMessage())), None
-            count, staged = resume_point(self._current_head(), state, imported=imported)
-            await self._move_to(count)
-            turns = list(state.turns)
-            self.prior_turns = tuple(turns[:-1])
-            if not turns:
-                return TurnRecord(st.request_id, bytes(agent.UserMessage())), staged
-            timeout = self.deps.config.server.kv_ack_timeout_s
-            return await fetch_turn(self.kv, turns[-1], timeout), staged
-
-        assert st.action == "background_task_completion_action", st.action
-        finished = [c for c in st.completions if is_subagent_finished(c)]
-        for c in finished:
-            await self._append([completion_message(c)], event_id=completion_event_id(c))
-        first = finished[0] if finished else st.completions[0]
-        return TurnRecord(st.request_id, bytes(simulated_user_message(first))), None
-
-    def _request_id_reused(self, e: RunExists) -> RunFailed:
-        self._row = "foreign"
-        return RunFailed(ConnectError("already_exists", f"request id already used by an earlier run: {e}"))
-
-    async def _import_history(self) -> None:
-        st = self.start
-        assert st.client_state is not None
-        self.head = await import_history(
+        timeout_s = self.deps.config.server.kv_ack_timeout_s
+        point = await start_point(
             self.deps.store,
             self.kv,
-            st.conversation_id,
-            st.client_state,
-            self.deps.wall_ms(),
-            self.deps.config.server.kv_ack_timeout_s,
+            self.memory.acked,
+            st,
+            begun,
+            runtime,
+            wall_ms=wall_ms,
+            timeout_s=timeout_s,
         )
-        self.prior_turns = tuple(st.client_state.turns)
-
-    def _remember_client_state(self) -> None:
-        state = self.start.client_state
-        if state is None:
-            return
-        # The client holds every blob its checkpoint references (a checkpoint only ever names
-        # ACKed blobs): after a restart nothing it already has is SET again.
-        self.memory.acked.update(state.root_prompt_messages_json)
-        self.memory.acked.update(state.turns)
-        if state.token_details is not None:
-            self.details = state.token_details
-
-    async def _move_to(self, count: int) -> None:
-        head = self._current_head()
-        if count == len(head.messages):
-            return
-        target = await self.deps.store.ancestor_with_count(head.revision_id, count)
-        self.head = await self.deps.store.move_head(
-            self.start.conversation_id, head.version, target, self.deps.wall_ms()
-        )
+        self.head, self.prior_turns = point.head, point.prior_turns
+        if point.token_details is not None:
+            self.details = point.token_details
+        return point.turn, point.staged
 
     async def _tool_round(self, turn: TurnRecord, result: ModelCallResult) -> TurnRecord:
         assistant = attrs.evolve(result.message, tool_round_id=str(uuid.uuid4()))
@@ -491,32 +320,14 @@ class Run:
     def _root_of(self, message: Message, *, with_data: bool = False) -> Blob:
         return self.memory.root_of(message, with_data=with_data)
 
-    def _token_details(self, last: Usage) -> agent.ConversationTokenDetails:
-        used = last.input_tokens + last.output_tokens
-        sections = request_context_sections(self.start.request_context)
-        tools_json = "[" + ",".join(s.parameters_json for s in self.tool_specs) + "]"
-        parts = breakdown(
-            BreakdownInput(
-                system_prompt=self.assets.system,
-                tools_json=tools_json if self.tool_specs else "",
-                rules=sections.rules,
-                skills=sections.agent_skills,
-                mcp=sections.mcp_instructions,
-                subagents=sections.subagents,
-                summarized="",
-            ),
-            used,
-        )
-        return to_proto(parts, used, self.model.context_tokens)
-
-    async def _append(self, messages: list[Message], **kw: str) -> None:
+    async def _append(self, messages: list[Message]) -> None:
         head = self._current_head()
         try:
             self.head = await self.deps.store.append(
-                self.start.conversation_id, head.version, messages, self.deps.wall_ms(), **kw
+                self.start.conversation_id, head.version, messages, self.deps.wall_ms()
             )
         except StaleRevision as e:
-            raise _changed_under_run(e) from None
+            raise RunFailed(changed_under_run(e)) from None
 
     async def _call_model(self) -> ModelCallResult:
         request = ModelRequest(

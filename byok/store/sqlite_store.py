@@ -12,77 +12,29 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-import attrs
-
 from byok.model.messages import Message
 from byok.model.usage import Usage
 from byok.store import blobs as _blobs
-from byok.store import lineage, schema
+from byok.store import lineage, revisions, schema
 from byok.store import runs as _runs
-from byok.store.errors import StaleRevision, StoreError
+from byok.store.errors import StoreError
+from byok.store.history_cache import DEFAULT_CACHE_BYTES, HistoryCache
 from byok.store.records import BlobEdge, Head, LlmCallRecord, RunRecord, RunStatus
 
 log = logging.getLogger("byok.store")
 
 DB_FILENAME = "byok.sqlite3"
 
-# Walk the parent chain from one revision to the root, then read every appended message in
-# absolute order. A revision's parent is always an older row (a smaller AUTOINCREMENT id), so
-# ordering by (revision_id, ordinal) is ordinal order and follows revision_messages' primary key:
-# no temporary B-tree sorting 5,000 rows of message data (21 ms -> 8 ms at 5,000 messages).
-_HISTORY_SQL = """
-WITH RECURSIVE chain(id) AS (
-    SELECT ?
-    UNION ALL
-    SELECT r.parent_id FROM revisions AS r JOIN chain ON r.id = chain.id WHERE r.parent_id IS NOT NULL
-)
-SELECT rm.ordinal, m.id, m.data
-FROM revision_messages AS rm
-JOIN messages AS m ON m.id = rm.message_id
-WHERE rm.revision_id IN chain
-ORDER BY rm.revision_id, rm.ordinal
-"""
-
-# Decoded histories are cached per revision, sound because a committed revision id names one
-# history forever (AUTOINCREMENT, no updates) and only committed revisions are cached. The cache
-# is bounded by the size of the message data it holds, across all conversations; only each
-# conversation's most recent revision is kept (a run reads and appends at its head, and the
-# revisions of one chain share their Message objects anyway).
-DEFAULT_CACHE_BYTES = 32 * 2**20
-
-
-def message_size(message: Message) -> int:
-    """Approximate bytes a decoded message holds (its strings plus object overhead): what the
-    history cache budget counts."""
-    size = 400 + len(message.text) + len(message.thinking)
-    if message.replay is not None:
-        size += len(message.replay.data)
-    for call in message.tool_calls:
-        size += 200 + len(call.arguments)
-    return size + message.encoded_size  # a message appended by this process keeps its bytes
-
-
-@attrs.frozen
-class _Cached:
-    conversation_id: str | None  # None: read by revision alone (messages_at)
-    messages: tuple[Message, ...]
-    size: int
-
 
 class SQLiteStore:
     def __init__(self, path: Path, *, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self.path = path
         self._conn: sqlite3.Connection | None = schema.connect(path)
-        # revision id -> its decoded history, least recently used first.
-        self._cache: OrderedDict[int, _Cached] = OrderedDict()
-        self._cache_by_conversation: dict[str, int] = {}
-        self._cache_size = 0
-        self.cache_bytes = cache_bytes
+        self._cache = HistoryCache(cache_bytes)
 
     @classmethod
     def open_in(cls, data_dir: Path) -> SQLiteStore:
@@ -134,24 +86,22 @@ class SQLiteStore:
     def head(self, conversation_id: str) -> Head:
         with self._transaction(write=False) as conn:
             head = self._head(conn, conversation_id)
-        self._remember(head)
+        self._cache.remember(head)
         return head
 
     def messages_at(self, revision_id: int) -> tuple[Message, ...]:
         with self._transaction(write=False) as conn:
             messages = self._messages(conn, revision_id)
-        self._remember_revision(revision_id, messages, None)
+        self._cache.remember_revision(revision_id, messages, None)
         return messages
 
     def forget_cached(self) -> None:
         """Drop every decoded history (the next read decodes from SQLite again)."""
         self._cache.clear()
-        self._cache_by_conversation.clear()
-        self._cache_size = 0
 
     @property
     def cached_bytes(self) -> int:
-        return self._cache_size
+        return self._cache.size
 
     def append(
         self,
@@ -180,11 +130,11 @@ class SQLiteStore:
         with self._transaction(write=True) as conn:
             if start_run is not None:
                 _runs.start_run(conn, start_run[0], conversation_id, start_run[1], now_ms)
-            if event_id is not None and self._event_seen(conn, conversation_id, event_id):
+            if event_id is not None and revisions.event_seen(conn, conversation_id, event_id):
                 head = self._head(conn, conversation_id)
             else:
-                parent = self._claim(conn, conversation_id, expected_version, now_ms)
-                parent_count = self._message_count(conn, parent)
+                parent = revisions.claim(conn, conversation_id, expected_version, now_ms)
+                parent_count = revisions.message_count(conn, parent)
                 conn.executemany(
                     "INSERT OR IGNORE INTO messages (id, data) VALUES (?, ?)", zip(ids, encoded, strict=True)
                 )
@@ -199,7 +149,7 @@ class SQLiteStore:
                     "INSERT INTO revision_messages (revision_id, ordinal, message_id) VALUES (?, ?, ?)",
                     [(revision_id, parent_count + i, mid) for i, mid in enumerate(ids)],
                 )
-                self._set_head(conn, conversation_id, revision_id, now_ms)
+                revisions.set_head(conn, conversation_id, revision_id, now_ms)
                 if event_id is not None:
                     conn.execute(
                         "INSERT INTO runtime_events"
@@ -222,7 +172,7 @@ class SQLiteStore:
                     for m, data in zip(messages, encoded, strict=True)
                 )
                 head = Head(conversation_id, revision_id, expected_version + 1, after)
-        self._remember(head)
+        self._cache.remember(head)
         return head
 
     def move_head(
@@ -239,10 +189,10 @@ class SQLiteStore:
                     raise StoreError(
                         f"revision {revision_id} does not belong to conversation {conversation_id!r}"
                     )
-            self._claim(conn, conversation_id, expected_version, now_ms)
-            self._set_head(conn, conversation_id, revision_id, now_ms)
+            revisions.claim(conn, conversation_id, expected_version, now_ms)
+            revisions.set_head(conn, conversation_id, revision_id, now_ms)
             head = Head(conversation_id, revision_id, expected_version + 1, self._messages(conn, revision_id))
-        self._remember(head)
+        self._cache.remember(head)
         return head
 
     def ancestor_with_count(self, revision_id: int | None, count: int) -> int | None:
@@ -286,121 +236,17 @@ class SQLiteStore:
         return (False, None) if row is None else (True, row[0])
 
     def _head(self, conn: sqlite3.Connection, conversation_id: str) -> Head:
-        row = conn.execute(
-            "SELECT head_revision, version FROM conversations WHERE conversation_id = ?", (conversation_id,)
-        ).fetchone()
+        row = revisions.head_row(conn, conversation_id)
         if row is None:
             return Head(conversation_id, None, 0, ())
         revision_id, version = row
         return Head(conversation_id, revision_id, version, self._messages(conn, revision_id))
 
-    def _claim(
-        self, conn: sqlite3.Connection, conversation_id: str, expected_version: int, now_ms: int
-    ) -> int | None:
-        """The compare-and-swap check; returns the current head revision. Atomic with the write
-        that follows because BEGIN IMMEDIATE already holds the database's write lock."""
-        row = conn.execute(
-            "SELECT head_revision, version FROM conversations WHERE conversation_id = ?", (conversation_id,)
-        ).fetchone()
-        if row is None:
-            if expected_version != 0:
-                raise StaleRevision(conversation_id, expected_version, 0)
-            conn.execute(
-                "INSERT INTO conversations (conversation_id, head_revision, version, created_at_ms,"
-                " updated_at_ms) VALUES (?, NULL, 0, ?, ?)",
-                (conversation_id, now_ms, now_ms),
-            )
-            return None
-        head_revision, version = row
-        if version != expected_version:
-            raise StaleRevision(conversation_id, expected_version, version)
-        return head_revision
-
-    @staticmethod
-    def _set_head(
-        conn: sqlite3.Connection, conversation_id: str, revision_id: int | None, now_ms: int
-    ) -> None:
-        conn.execute(
-            "UPDATE conversations SET head_revision = ?, version = version + 1, updated_at_ms = ?"
-            " WHERE conversation_id = ?",
-            (revision_id, now_ms, conversation_id),
-        )
-
-    @staticmethod
-    def _event_seen(conn: sqlite3.Connection, conversation_id: str, event_id: str) -> bool:
-        row = conn.execute(
-            "SELECT 1 FROM runtime_events WHERE conversation_id = ? AND event_id = ?",
-            (conversation_id, event_id),
-        ).fetchone()
-        return row is not None
-
-    @staticmethod
-    def _message_count(conn: sqlite3.Connection, revision_id: int | None) -> int:
-        if revision_id is None:
-            return 0
-        row = conn.execute("SELECT message_count FROM revisions WHERE id = ?", (revision_id,)).fetchone()
-        if row is None:
-            raise StoreError(f"unknown revision {revision_id}")
-        return int(row[0])
-
     def _messages(self, conn: sqlite3.Connection, revision_id: int | None) -> tuple[Message, ...]:
         if revision_id is None:
             return ()
         cached = self._cache.get(revision_id)
-        if cached is not None:
-            self._cache.move_to_end(revision_id)
-            return cached.messages
-        count = self._message_count(conn, revision_id)
-        rows = conn.execute(_HISTORY_SQL, (revision_id,)).fetchall()
-        # Transactions make a gap impossible; checking is cheap and turns corruption into an error
-        # instead of a silently shortened history sent to a provider.
-        if len(rows) != count or any(row[0] != i for i, row in enumerate(rows)):
-            raise StoreError(f"revision {revision_id} is corrupt: expected {count} messages in order")
-        # The row's key is SHA-256 of these very bytes: a checkpoint need not re-encode the whole
-        # history (and keep a second copy of it) just to learn the ids.
-        return Message.decode_many([(message_id, data) for _, message_id, data in rows])
-
-    def _remember(self, head: Head) -> None:
-        if head.revision_id is not None:
-            self._remember_revision(head.revision_id, head.messages, head.conversation_id)
-
-    def _remember_revision(
-        self, revision_id: int, messages: tuple[Message, ...], conversation_id: str | None
-    ) -> None:
-        # Called only after COMMIT: a rolled-back revision id may be handed out again.
-        cached = self._cache.get(revision_id)
-        if cached is not None:
-            self._cache.move_to_end(revision_id)
-            return
-        size = 0
-        if conversation_id is not None:
-            older = self._cache_by_conversation.get(conversation_id)
-            if older is not None:
-                prev = self._drop(older)
-                if prev is not None and 0 < len(prev.messages) <= len(messages):
-                    k = len(prev.messages)
-                    if messages[k - 1] is prev.messages[-1]:  # an append shares its parent's objects
-                        size = prev.size + sum(message_size(m) for m in messages[k:])
-            self._cache_by_conversation[conversation_id] = revision_id
-        if not size:
-            size = sum(message_size(m) for m in messages)
-        if size > self.cache_bytes:
-            if conversation_id is not None:
-                self._cache_by_conversation.pop(conversation_id, None)
-            return
-        self._cache[revision_id] = _Cached(conversation_id, messages, size)
-        self._cache_size += size
-        while self._cache_size > self.cache_bytes:
-            self._drop(next(iter(self._cache)))
-
-    def _drop(self, revision_id: int) -> _Cached | None:
-        cached = self._cache.pop(revision_id, None)
-        if cached is not None:
-            self._cache_size -= cached.size
-            cid = cached.conversation_id
-            if cid is not None and self._cache_by_conversation.get(cid) == revision_id:
-                del self._cache_by_conversation[cid]
-        return cached
+        return cached if cached is not None else revisions.read_history(conn, revision_id)
 
     # -- runs and provider calls ----------------------------------------------------------------
 

@@ -42,7 +42,7 @@ from byok.run import call_log
 from byok.run.call_log import finalize_and_hash
 from byok.run.conversation import ConversationMemory
 from byok.store import LlmCallRecord, SQLiteStore
-from byok.store.sqlite_store import DEFAULT_CACHE_BYTES
+from byok.store.history_cache import DEFAULT_CACHE_BYTES
 from tests.bench.driver import (
     NOTES,
     PREFIX,

@@ -47,7 +47,7 @@ from byok.cursor.tools.text_edit import (
     normalize_newlines,
     replace_unique,
 )
-from byok.http.app import decode_agent_message
+from byok.http.bidi_append import decode_agent_message
 from byok.http.connect_envelope import (
     FLAG_COMPRESSED,
     FLAG_END_STREAM,
@@ -62,9 +62,9 @@ from byok.model.events import ProviderError
 from byok.model.messages import Message, ReplayState, ToolCall
 from byok.pb.agent import v1 as agent
 from byok.pb.aiserver import v1 as aiserver
-from byok.providers.anthropic import AnthropicStreamParser
-from byok.providers.openai_chat import ChatStreamParser
-from byok.providers.openai_responses import ResponsesStreamParser
+from byok.providers.anthropic_stream import AnthropicStreamParser
+from byok.providers.openai_chat_stream import ChatStreamParser
+from byok.providers.openai_responses_stream import ResponsesStreamParser
 from byok.providers.sse import SSEDecoder, SSEEvent
 from byok.run.bidi_order import AppendOrder, OrderBufferFull
 from byok.run.kv import KvLink

@@ -19,7 +19,8 @@ from byok.model.events import (
 )
 from byok.model.request import ModelRequest, ModelSettings, UserTurn
 from byok.model.usage import Usage
-from byok.providers.openai_chat import ChatStreamParser, build_request
+from byok.providers.openai_chat_request import build_request
+from byok.providers.openai_chat_stream import ChatStreamParser
 from byok.providers.runner import CallStats, Endpoint, stream_call
 from tests.support.fake_provider import (
     FakeProvider,

@@ -4,7 +4,14 @@ import pytest
 
 from byok.config import PROVIDER_KINDS
 from byok.model.request import ModelRequest, ModelSettings, UserTurn
-from byok.providers import anthropic, openai_chat, openai_responses
+from byok.providers import (
+    anthropic_request,
+    anthropic_stream,
+    openai_chat_request,
+    openai_chat_stream,
+    openai_responses_request,
+    openai_responses_stream,
+)
 from byok.providers.adapters import ADAPTERS, adapter_for
 from byok.providers.runner import Endpoint
 
@@ -20,9 +27,9 @@ def test_every_configurable_kind_has_an_adapter() -> None:
 @pytest.mark.parametrize(
     ("kind", "module", "parser"),
     [
-        ("openai_chat", openai_chat, openai_chat.ChatStreamParser),
-        ("openai_responses", openai_responses, openai_responses.ResponsesStreamParser),
-        ("anthropic", anthropic, anthropic.AnthropicStreamParser),
+        ("openai_chat", openai_chat_request, openai_chat_stream.ChatStreamParser),
+        ("openai_responses", openai_responses_request, openai_responses_stream.ResponsesStreamParser),
+        ("anthropic", anthropic_request, anthropic_stream.AnthropicStreamParser),
     ],
 )
 def test_adapter_wiring(kind: str, module: object, parser: type) -> None:

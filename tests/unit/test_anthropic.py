@@ -32,7 +32,8 @@ from byok.model.request import (
     UserTurn,
 )
 from byok.model.usage import Usage
-from byok.providers.anthropic import DEFAULT_MAX_TOKENS, AnthropicStreamParser, build_request
+from byok.providers.anthropic_request import DEFAULT_MAX_TOKENS, build_request
+from byok.providers.anthropic_stream import AnthropicStreamParser
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "anthropic"
 # ../shared sits beside the repository in sessions and CI; absent on a fresh clone.

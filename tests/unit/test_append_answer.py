@@ -51,7 +51,7 @@ async def test_exec_results_are_delivered_after_their_answer_and_in_order(nurser
                 inbox_at_answer.append(slot.inbox.statistics().current_buffer_used)
 
         scope = {"type": "http", "headers": [(b"content-type", b"application/proto")]}
-        await app.bidi_append(scope, receive, send)
+        await app.appends.handle(scope, receive, send)
         return sent
 
     # seqno 2 first: buffered early, answered, not deliverable yet.

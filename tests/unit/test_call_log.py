@@ -15,7 +15,7 @@ from byok.config import ConfigError, LoggingConfig, load_config
 from byok.loop.model_call import ModelProtocolError
 from byok.model.events import ProviderError
 from byok.model.usage import Usage
-from byok.providers import anthropic, openai_chat, openai_responses
+from byok.providers import anthropic_stream, openai_chat_stream, openai_responses_stream
 from byok.providers.http_errors import http_error
 from byok.providers.rendering import split_body
 from byok.providers.runner import _transport_error
@@ -171,7 +171,7 @@ def test_redaction_refuses_what_it_cannot_parse() -> None:
 
 def chat_stream_error(obj: dict[str, Any]) -> ProviderError:
     with pytest.raises(ProviderError) as info:
-        openai_chat.ChatStreamParser().feed(b"data: " + body(obj) + b"\n\n")
+        openai_chat_stream.ChatStreamParser().feed(b"data: " + body(obj) + b"\n\n")
     return info.value
 
 
@@ -204,13 +204,13 @@ def test_in_stream_errors() -> None:
     limited = chat_stream_error({"error": {"message": "slow down", "code": 429}})
     assert error_kind(limited, 200) == "rate_limited"
 
-    parser = anthropic.AnthropicStreamParser()
+    parser = anthropic_stream.AnthropicStreamParser()
     event = b'event: error\ndata: {"type":"error","error":{"type":"api_error","message":"boom"}}\n\n'
     with pytest.raises(ProviderError) as info:
         parser.feed(event)
     assert error_kind(info.value, 200) == "stream_error"
 
-    parser2 = openai_responses.ResponsesStreamParser()
+    parser2 = openai_responses_stream.ResponsesStreamParser()
     failed = {"type": "response.failed", "response": {"error": {"code": "server_error", "message": "x"}}}
     with pytest.raises(ProviderError) as info:
         parser2.feed(f"event: response.failed\ndata: {json.dumps(failed)}\n\n".encode())
@@ -219,9 +219,9 @@ def test_in_stream_errors() -> None:
 
 def test_broken_streams_are_protocol_errors() -> None:
     with pytest.raises(ProviderError) as info:
-        openai_chat.ChatStreamParser().feed(b"data: {not json\n\n")
+        openai_chat_stream.ChatStreamParser().feed(b"data: {not json\n\n")
     assert error_kind(info.value, 200) == "protocol"
-    parser = openai_chat.ChatStreamParser()
+    parser = openai_chat_stream.ChatStreamParser()
     parser.feed(b'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n')
     with pytest.raises(ProviderError) as info:
         parser.end()

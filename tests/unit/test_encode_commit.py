@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from byok.cursor import encode
 from byok.cursor.checkpoint import Blob, TurnRecord, build_checkpoint
 from byok.cursor.tools.base import Invocation
-from byok.cursor.tools.read_tools import READ, numbered, split_lines
+from byok.cursor.tools.read_tool import READ, numbered, split_lines
 from byok.model.messages import Message
 from byok.pb.agent import v1 as agent
 

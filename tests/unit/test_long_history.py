@@ -11,12 +11,12 @@ from byok.cursor.checkpoint import root_blob
 from byok.model.messages import Message, ToolCall
 from byok.model.projection import project
 from byok.model.request import ModelRequest, ModelSettings
-from byok.providers import openai_chat, rendering
+from byok.providers import openai_chat_request, rendering
 from byok.providers.fragment_cache import SizedLru
 from byok.run.call_log import finalize_and_hash, message_hashes, redact_body, stored_message_hashes
 from byok.run.conversation import ConversationMemory
 from byok.store import LlmCallRecord, SQLiteStore
-from byok.store.sqlite_store import message_size
+from byok.store.history_cache import message_size
 
 
 def exchange(i: int) -> list[Message]:
@@ -52,7 +52,7 @@ def exchange(i: int) -> list[Message]:
 
 def body_of(messages: tuple[Message, ...]) -> bytes:
     settings = ModelSettings(upstream_model="m")
-    return openai_chat.build_request(ModelRequest("sys", (), project(messages), settings))
+    return openai_chat_request.build_request(ModelRequest("sys", (), project(messages), settings))
 
 
 def fill(store: SQLiteStore, conversation: str, n: int) -> int:
@@ -137,7 +137,9 @@ def test_memory_keeps_root_ids_not_bytes_once_acked() -> None:
 def test_finalize_and_hash_matches_the_separate_computations() -> None:
     messages = tuple(m for i in range(3) for m in exchange(i))
     body = body_of(messages)
-    rendered = openai_chat.render_request(ModelRequest("sys", (), project(messages), ModelSettings("m")))
+    rendered = openai_chat_request.render_request(
+        ModelRequest("sys", (), project(messages), ModelSettings("m"))
+    )
     assert rendered.body == body
     parsed = json.loads(body)
     # messages_sha256: the messages array's bytes as sent.

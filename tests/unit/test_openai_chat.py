@@ -31,7 +31,9 @@ from byok.model.request import (
     UserTurn,
 )
 from byok.model.usage import Usage
-from byok.providers.openai_chat import ChatStreamParser, build_request, http_error
+from byok.providers.http_errors import http_error
+from byok.providers.openai_chat_request import build_request
+from byok.providers.openai_chat_stream import ChatStreamParser
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "openai_chat"
 # ../shared sits beside the repository in sessions and CI; absent on a fresh clone.

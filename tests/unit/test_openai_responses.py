@@ -32,7 +32,8 @@ from byok.model.request import (
     UserTurn,
 )
 from byok.model.usage import Usage
-from byok.providers.openai_responses import ResponsesStreamParser, build_request
+from byok.providers.openai_responses_request import build_request
+from byok.providers.openai_responses_stream import ResponsesStreamParser
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "openai_responses"
 # ../shared sits beside the repository in sessions and CI; absent on a fresh clone.

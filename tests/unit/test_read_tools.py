@@ -6,10 +6,14 @@ from typing import Any
 import betterproto2
 import pytest
 
+from byok.cursor.tools import delete_tool, read_lints_tool, read_tool
 from byok.cursor.tools.base import Execution, Finish, Invocation, SendExec, ToolArgError, ToolDef, ToolOutcome
-from byok.cursor.tools.read_tools import DELETE, READ, READ_LINTS, TOOLS
+from byok.cursor.tools.delete_tool import DELETE
+from byok.cursor.tools.read_lints_tool import READ_LINTS
+from byok.cursor.tools.read_tool import READ
 from byok.pb.agent import v1 as agent
 
+TOOLS = (READ, DELETE, READ_LINTS)
 CALL_ID = "toolu_01"
 CLOSED = "the client closed the tool stream before sending a result"
 
@@ -47,6 +51,7 @@ def parse_error(tool: ToolDef, raw: Mapping[str, Any]) -> str:
 
 def test_tools_export() -> None:
     assert [t.name for t in TOOLS] == ["Read", "Delete", "ReadLints"]
+    assert (read_tool.TOOLS, delete_tool.TOOLS, read_lints_tool.TOOLS) == ((READ,), (DELETE,), (READ_LINTS,))
 
 
 # --- Read --------------------------------------------------------------------------------------

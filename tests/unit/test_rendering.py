@@ -27,7 +27,7 @@ from byok.model.request import (
     ToolSpec,
     UserTurn,
 )
-from byok.providers import anthropic, openai_chat, openai_responses, rendering
+from byok.providers import anthropic_request, openai_chat_request, openai_responses_request, rendering
 from byok.providers.adapters import adapter_for
 from byok.run.call_log import (
     CallLog,
@@ -54,7 +54,7 @@ def dumpb(obj: Any) -> bytes:
 def plain_chat(req: ModelRequest) -> bytes:
     flag = req.settings.replay_reasoning_on_tool_turns
     messages = [{"role": "system", "content": req.system}] if req.system else []
-    messages += [openai_chat._message(item, flag) for item in req.history]
+    messages += [openai_chat_request._message(item, flag) for item in req.history]
     body: dict[str, Any] = {
         "model": req.settings.upstream_model,
         "stream": True,
@@ -82,7 +82,7 @@ def plain_responses(req: ModelRequest) -> bytes:
         if isinstance(item, UserTurn):
             items.append({"role": "user", "content": item.text})
         elif isinstance(item, AssistantTurn):
-            items.extend(openai_responses._assistant_items(item))
+            items.extend(openai_responses_request._assistant_items(item))
         elif isinstance(item, ToolResultTurn):
             items.append({"type": "function_call_output", "call_id": item.call_id, "output": item.content})
     body: dict[str, Any] = {
@@ -112,7 +112,7 @@ def plain_anthropic(req: ModelRequest) -> bytes:
     messages: list[dict[str, Any]] = []
     for item in req.history:
         if isinstance(item, UserTurn):
-            anthropic._append(messages, "user", [{"type": "text", "text": item.text}])
+            anthropic_request._append(messages, "user", [{"type": "text", "text": item.text}])
         elif isinstance(item, ToolResultTurn):
             block: dict[str, Any] = {
                 "type": "tool_result",
@@ -121,17 +121,17 @@ def plain_anthropic(req: ModelRequest) -> bytes:
             }
             if item.is_error:
                 block["is_error"] = True
-            anthropic._append(messages, "user", [block])
+            anthropic_request._append(messages, "user", [block])
         elif isinstance(item, AssistantTurn):
-            blocks = anthropic._assistant_blocks(item)
+            blocks = anthropic_request._assistant_blocks(item)
             if blocks:
-                anthropic._append(messages, "assistant", blocks)
+                anthropic_request._append(messages, "assistant", blocks)
     s = req.settings
     body: dict[str, Any] = {
         "model": s.upstream_model,
         "max_tokens": s.max_output_tokens
         if s.max_output_tokens is not None
-        else anthropic.DEFAULT_MAX_TOKENS,
+        else anthropic_request.DEFAULT_MAX_TOKENS,
         "stream": True,
     }
     if req.system:

@@ -9,7 +9,14 @@ from pathlib import Path
 
 from byok.loop.model_call import ModelCall
 from byok.model.request import AssistantTurn, ModelRequest, ModelSettings, ToolResultTurn, ToolSpec, UserTurn
-from byok.providers import anthropic, openai_chat, openai_responses
+from byok.providers import (
+    anthropic_request,
+    anthropic_stream,
+    openai_chat_request,
+    openai_chat_stream,
+    openai_responses_request,
+    openai_responses_stream,
+)
 from byok.providers.runner import StreamParser
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
@@ -35,9 +42,9 @@ def turn2(turn: AssistantTurn, *results: tuple[str, str]) -> ModelRequest:
 
 def test_openai_responses_turn2() -> None:
     raw = (FIXTURES / "openai_responses" / "reasoning_tools.sse").read_bytes()
-    turn = turn_from_stream(openai_responses.ResponsesStreamParser(), raw)
+    turn = turn_from_stream(openai_responses_stream.ResponsesStreamParser(), raw)
     assert turn.text == "Reading." and turn.thinking == "**Plan**\n\nRead both files."
-    body = openai_responses.build_request(turn2(turn, ("call_a", "A"), ("call_b", "B")))
+    body = openai_responses_request.build_request(turn2(turn, ("call_a", "A"), ("call_b", "B")))
     assert body.decode() == (
         '{"model":"model-x","stream":true,"store":false,"include":["reasoning.encrypted_content"],'
         '"instructions":"sys","input":['
@@ -58,9 +65,9 @@ def test_openai_responses_turn2() -> None:
 
 def test_anthropic_turn2() -> None:
     raw = (FIXTURES / "anthropic" / "thinking_tools.sse").read_bytes()
-    turn = turn_from_stream(anthropic.AnthropicStreamParser(), raw)
+    turn = turn_from_stream(anthropic_stream.AnthropicStreamParser(), raw)
     assert turn.text == "Reading." and turn.thinking == "I should read both files."
-    body = anthropic.build_request(turn2(turn, ("toolu_a", "A"), ("toolu_b", "B")))
+    body = anthropic_request.build_request(turn2(turn, ("toolu_a", "A"), ("toolu_b", "B")))
     assert body.decode() == (
         '{"model":"model-x","max_tokens":8192,"stream":true,"system":"sys","messages":['
         '{"role":"user","content":"Read a.py and b.py"},'
@@ -100,8 +107,8 @@ def test_openai_chat_turn2() -> None:
             b"data: [DONE]\n\n",
         ]
     )
-    turn = turn_from_stream(openai_chat.ChatStreamParser(), raw)
-    body = openai_chat.build_request(turn2(turn, ("call_a", "A")))
+    turn = turn_from_stream(openai_chat_stream.ChatStreamParser(), raw)
+    body = openai_chat_request.build_request(turn2(turn, ("call_a", "A")))
     assert body.decode() == (
         '{"model":"model-x","stream":true,"stream_options":{"include_usage":true},"messages":['
         '{"role":"system","content":"sys"},'

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from byok.http import state_ids
-from byok.http.app import _parse_client_message
+from byok.http.bidi_append import parse_client_message
 from byok.http.wire_check import well_typed
 from byok.pb.agent import v1 as agent
 
@@ -45,7 +45,7 @@ def run_requests(draw: st.DrawFn) -> bytes:
 @given(run_requests())
 def test_well_formed_run_requests_parse_identically(raw: bytes) -> None:
     assert state_ids.lift(raw) is not None
-    parsed = _parse_client_message(raw)
+    parsed = parse_client_message(raw)
     assert parsed is not None
     assert parsed == reference(raw)
     assert bytes(parsed) == raw  # and nothing moved: the lists keep their order
@@ -64,12 +64,12 @@ def test_mutated_bytes_parse_identically(raw: bytes, data: st.DataObject) -> Non
             del buf[at : at + data.draw(st.integers(1, 8))]
         else:
             buf[at:at] = data.draw(st.binary(min_size=1, max_size=6))
-    assert _parse_client_message(bytes(buf)) == reference(bytes(buf))
+    assert parse_client_message(bytes(buf)) == reference(bytes(buf))
 
 
 @given(st.binary(max_size=300))
 def test_arbitrary_bytes_parse_identically(raw: bytes) -> None:
-    assert _parse_client_message(raw) == reference(raw)
+    assert parse_client_message(raw) == reference(raw)
 
 
 def test_a_long_checkpoint_is_scanned_not_parsed() -> None:
@@ -93,4 +93,4 @@ def test_shapes_it_does_not_handle_are_left_to_the_strict_parse() -> None:
     once = bytes(agent.AgentClientMessage(run_request=agent.AgentRunRequest(conversation_state=state)))
     assert state_ids.lift(once + once) is None  # a repeated singular message merges: not ours to do
     assert state_ids.lift(bytes(agent.AgentClientMessage(run_request=agent.AgentRunRequest()))) is None
-    assert _parse_client_message(once + once) == reference(once + once)
+    assert parse_client_message(once + once) == reference(once + once)

@@ -336,7 +336,7 @@ async def test_idle_stream_heartbeats_and_forwards_in_order(
         slot.close(end_stream_ok())
 
     nursery.start_soon(run_side)
-    await app._stream_frames(slot, resp.receive, resp.send)
+    await app.run_streams._stream_frames(slot, resp.receive, resp.send)
     t_a = 3 * hb + 1
     assert resp.messages() == [
         (hb, "heartbeat"),
@@ -366,7 +366,7 @@ async def test_buffered_frames_then_end_stream(
     slot.close(err)
     slot.send(text("after close"))  # ignored
     resp = FakeResponse()
-    await app._stream_frames(slot, resp.receive, resp.send)
+    await app.run_streams._stream_frames(slot, resp.receive, resp.send)
     assert [k for _, k in resp.messages()] == ["text:x", "end-stream:" + err[5:].decode()]
     assert trio.current_time() == 0
 
@@ -386,7 +386,7 @@ async def test_drop_without_reconnect_cancels_after_exactly_the_grace(
         resp.disconnected.set()
 
     nursery.start_soon(drop)
-    await app._stream_frames(slot, resp.receive, resp.send)
+    await app.run_streams._stream_frames(slot, resp.receive, resp.send)
     assert trio.current_time() == 7 and not slot.attached
     await trio.sleep(grace + 100)
     assert cancelled_at == [7 + grace]
@@ -404,7 +404,7 @@ async def test_reconnect_within_grace_keeps_the_run(
     first, second = FakeResponse(), FakeResponse()
 
     async def first_stream() -> None:
-        await app._stream_frames(slot, first.receive, first.send)
+        await app.run_streams._stream_frames(slot, first.receive, first.send)
 
     nursery.start_soon(first_stream)
     await trio.sleep(1)
@@ -414,7 +414,7 @@ async def test_reconnect_within_grace_keeps_the_run(
     await trio.sleep(grace - 5)  # reconnect 3 s before the grace runs out
 
     async def second_stream() -> None:
-        await app._stream_frames(slot, second.receive, second.send)
+        await app.run_streams._stream_frames(slot, second.receive, second.send)
 
     nursery.start_soon(second_stream)
     await trio.sleep(10 * grace)
@@ -436,7 +436,7 @@ async def test_grace_ends_quietly_when_the_run_finished(
     slot = RunSlot("r1")
     cancelled: list[float] = []
     slot.cancel_run = lambda: cancelled.append(trio.current_time())
-    nursery.start_soon(app._grace, slot)
+    nursery.start_soon(app.run_streams._grace, slot)
     await trio.sleep(1)
     slot.close(end_stream_ok())  # the run ended during the grace
     await trio.sleep(app.config.server.reconnect_grace_s)

@@ -21,6 +21,8 @@ import attrs
 
 from byok.pb.agent import v1 as agent
 
+_INT32_MAX = 2**31 - 1
+
 
 class ToolArgError(Exception):
     """The model's arguments are unusable. The message is returned to the model as a tool error."""
@@ -188,6 +190,19 @@ def optional_int(args: Mapping[str, Any], key: str, *, minimum: int | None = Non
     if minimum is not None and value < minimum:
         raise ToolArgError(f"argument '{key}' must be >= {minimum}, got {value}")
     return value
+
+
+def int32_arg(args: Mapping[str, Any], key: str, *, minimum: int | None = None) -> int | None:
+    # The wire fields are int32: a larger value would fail only when the Exec is encoded.
+    value = optional_int(args, key, minimum=minimum)
+    if value is not None and abs(value) > _INT32_MAX:
+        raise ToolArgError(f"argument '{key}' is out of range: {value}")
+    return value
+
+
+def optional_text(args: Mapping[str, Any], key: str) -> str | None:
+    """An optional string where "" means "not given" (models often send empty strings for defaults)."""
+    return optional_str(args, key) or None
 
 
 def optional_bool(args: Mapping[str, Any], key: str) -> bool | None:

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from byok.cursor.tools import edit_tools, read_tools, search_tools, shell_tool
+from byok.cursor.tools import delete_tool, edit_tools, read_lints_tool, read_tool, search_tools, shell_tool
 from byok.cursor.tools.base import ToolDef
 from byok.pb.agent import v1 as agent
 
 # Tool modules, each exporting ``TOOLS: tuple[ToolDef, ...]``.
-MODULES: tuple[ModuleType, ...] = (read_tools, search_tools, edit_tools, shell_tool)
+MODULES: tuple[ModuleType, ...] = (
+    read_tool,
+    delete_tool,
+    read_lints_tool,
+    search_tools,
+    edit_tools,
+    shell_tool,
+)
 
 
 def build_registry() -> dict[str, ToolDef]:

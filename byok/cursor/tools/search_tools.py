@@ -19,17 +19,12 @@ from byok.cursor.tools.base import (
     ToolArgError,
     ToolDef,
     ToolOutcome,
+    int32_arg,
     optional_bool,
+    optional_text,
     require_str,
 )
-from byok.cursor.tools.read_tools import (
-    int32_arg,
-    no_variant,
-    optional_text,
-    typed_one_shot,
-    variant,
-    with_detail,
-)
+from byok.cursor.tools.exec_results import no_variant, typed_one_shot, variant, with_detail
 from byok.pb.agent import v1 as agent
 
 OUTPUT_MODES = ("content", "files_with_matches", "count")

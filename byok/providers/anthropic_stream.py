@@ -1,8 +1,7 @@
-"""Anthropic Messages adapter, sans-IO: request bytes out, stream bytes in, events out.
+"""Anthropic Messages streams, sans-IO: response bytes in, ``ModelEvent`` lists out.
 
-Thinking blocks (with their signatures) and redacted thinking must go back unchanged on the
-assistant turn that produced them, so a turn with any of them carries its whole block
-sequence as ``ReplayState`` and is rebuilt block for block.
+A turn with thinking, redacted thinking or blocks we do not model saves its whole block
+sequence as ``ReplayState``, for ``anthropic_request`` to send back block for block.
 """
 
 from __future__ import annotations
@@ -25,24 +24,10 @@ from byok.model.events import (
     ToolCallStarted,
     UsageReported,
 )
-from byok.model.messages import ReplayState, ToolCall, canonical_json
-from byok.model.request import (
-    AssistantTurn,
-    HistoryItem,
-    ModelRequest,
-    RenderedRequest,
-    ToolResultTurn,
-    UserTurn,
-)
+from byok.model.messages import ReplayState, canonical_json
 from byok.model.usage import Usage
-from byok.providers.rendering import SLOT, assemble, cached, dumpb, schema
-from byok.providers.replay import saved_list
+from byok.providers.kinds import ANTHROPIC
 from byok.providers.sse import SSEEvent, SSEStreamParser
-
-PROVIDER_KIND = "anthropic"
-# The API requires max_tokens. 8192 fits every current model's output limit; configure
-# max_output_tokens (or extra_body, e.g. together with a thinking budget) for more.
-DEFAULT_MAX_TOKENS = 8192
 
 # In-stream error types a fresh attempt may not hit again, with their HTTP equivalents.
 _RETRYABLE_ERRORS = {"overloaded_error": 529, "api_error": 500, "rate_limit_error": 429}
@@ -53,167 +38,6 @@ _FAILING_STOPS = {
     # of its own, so a paused turn is reported rather than half-answered.
     "pause_turn": "server paused the turn (stop_reason=pause_turn)",
 }
-
-# --- request -------------------------------------------------------------------------------
-
-
-def build_request(req: ModelRequest) -> bytes:
-    return render_request(req).body
-
-
-def render_request(req: ModelRequest) -> RenderedRequest:
-    """The request body and its ``system`` + ``messages`` elements. Key order is fixed by
-    construction.
-
-    Roles must alternate, so consecutive same-role items become one message: tool results
-    that follow an assistant turn form one user message, and a user turn right after them
-    is appended to it as a text block. Such a merge rewrites the last message, so the
-    ``messages`` prefix property holds whenever the earlier history ends in a complete
-    message, as it does in a tool loop (its next item is always the assistant's turn).
-    Each merged group's message text is cached, keyed by the group's items.
-    """
-    s = req.settings
-    messages: list[bytes] = []
-    for group in _groups(req.history):
-        messages += cached((PROVIDER_KIND, group), _render, group)
-    body: dict[str, Any] = {
-        "model": s.upstream_model,
-        "max_tokens": s.max_output_tokens if s.max_output_tokens is not None else DEFAULT_MAX_TOKENS,
-        "stream": True,
-    }
-    if req.system:
-        body["system"] = req.system
-    body["messages"] = SLOT
-    if req.tools:
-        body["tools"] = [
-            {"name": t.name, "description": t.description, "input_schema": schema(t.parameters_json)}
-            for t in req.tools
-        ]
-    # Last, so per-provider configuration can add (or deliberately override) anything.
-    for key, value in s.extra_body:
-        body[key] = value
-    return assemble(body, "messages", messages, (key for key, _ in s.extra_body))
-
-
-def _groups(history: tuple[HistoryItem, ...]) -> list[tuple[HistoryItem, ...]]:
-    """The history cut into the items of each message: runs of the same role. An assistant
-    turn with no blocks belongs to no message (the API rejects an empty one), so the roles
-    around it merge."""
-    groups: list[tuple[HistoryItem, ...]] = []
-    run: list[HistoryItem] = []
-    role = ""
-    for item in history:
-        if isinstance(item, AssistantTurn):
-            # Text or calls always give blocks; only a bare turn needs its replay looked at.
-            if not item.text and not item.tool_calls and not _assistant_blocks(item):
-                continue
-            item_role = "assistant"
-        else:
-            item_role = "user"
-        if item_role != role and run:
-            groups.append(tuple(run))
-            run = []
-        role = item_role
-        run.append(item)
-    if run:
-        groups.append(tuple(run))
-    return groups
-
-
-def _render(group: tuple[HistoryItem, ...]) -> tuple[bytes]:
-    messages: list[dict[str, Any]] = []
-    for item in group:
-        if isinstance(item, UserTurn):
-            _append(messages, "user", [{"type": "text", "text": item.text}])
-        elif isinstance(item, ToolResultTurn):
-            block: dict[str, Any] = {
-                "type": "tool_result",
-                "tool_use_id": item.call_id,
-                "content": item.content,
-            }
-            if item.is_error:
-                block["is_error"] = True
-            _append(messages, "user", [block])
-        elif isinstance(item, AssistantTurn):
-            _append(messages, "assistant", _assistant_blocks(item))
-        else:  # pragma: no cover - HistoryItem is closed
-            raise TypeError(f"unknown history item {item!r}")
-    (message,) = messages  # one role, so one message
-    return (dumpb(message),)
-
-
-def _append(messages: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -> None:
-    if messages and messages[-1]["role"] == role:
-        last = messages[-1]
-        if isinstance(last["content"], str):
-            last["content"] = [{"type": "text", "text": last["content"]}]
-        last["content"].extend(blocks)
-    elif role == "user" and len(blocks) == 1 and blocks[0]["type"] == "text":
-        messages.append({"role": role, "content": blocks[0]["text"]})  # the plain form of one text
-    else:
-        messages.append({"role": role, "content": list(blocks)})
-
-
-def _assistant_blocks(turn: AssistantTurn) -> list[dict[str, Any]]:
-    saved = _saved_blocks(turn.replay)
-    if saved is None:
-        # No state of ours (plain turn, or one produced by another adapter): text and calls.
-        blocks = [{"type": "text", "text": turn.text}] if turn.text else []
-        return blocks + [_tool_use(c) for c in turn.tool_calls]
-    calls = {c.call_id: c for c in turn.tool_calls}
-    texts_match = "".join(b.get("text", "") for b in saved if b.get("type") == "text") == turn.text
-    out: list[dict[str, Any]] = []
-    for block in saved:
-        kind = block.get("type")
-        if kind == "thinking":
-            out.append(
-                {
-                    "type": "thinking",
-                    "thinking": block.get("thinking", ""),
-                    "signature": block.get("signature", ""),
-                }
-            )
-        elif kind == "redacted_thinking":
-            out.append({"type": "redacted_thinking", "data": block.get("data", "")})
-        elif kind == "text":
-            # The API rejects empty text blocks, so one the stream opened but never filled goes.
-            if texts_match and block.get("text"):
-                out.append({"type": "text", "text": block["text"]})
-        elif kind == "tool_use":
-            # Projection leaves out calls that never got a result; so does the replay.
-            call = calls.pop(block.get("id", ""), None)
-            if call is not None:
-                out.append(_tool_use(call))
-        elif isinstance(block.get("block"), dict):
-            out.append(block["block"])  # a block type we do not model, sent back verbatim
-    if not texts_match and turn.text:
-        first_call = next((i for i, b in enumerate(out) if b["type"] == "tool_use"), len(out))
-        out.insert(first_call, {"type": "text", "text": turn.text})
-    out.extend(_tool_use(c) for c in turn.tool_calls if c.call_id in calls)
-    return out
-
-
-def _tool_use(call: ToolCall) -> dict[str, Any]:
-    return {"type": "tool_use", "id": call.call_id, "name": call.name, "input": _tool_input(call.arguments)}
-
-
-def _tool_input(arguments: str) -> dict[str, Any]:
-    if not arguments.strip():
-        return {}
-    try:
-        value = json.loads(arguments)
-    except ValueError:
-        value = None
-    # Only another provider's malformed call gets here (our parser rejects them); keep its
-    # text visible to the model rather than failing every later request of the conversation.
-    return value if isinstance(value, dict) else {"_invalid_arguments": arguments}
-
-
-def _saved_blocks(replay: ReplayState | None) -> list[dict[str, Any]] | None:
-    return saved_list(replay, PROVIDER_KIND, "blocks")
-
-
-# --- stream --------------------------------------------------------------------------------
 
 
 @attrs.define
@@ -390,7 +214,7 @@ class AnthropicStreamParser(SSEStreamParser):
                 if b.parts:
                     raw["input"] = json.loads(b.arguments)
                 saved.append({"type": b.type, "block": raw})
-        return ReplayState(PROVIDER_KIND, canonical_json({"blocks": saved}).decode())
+        return ReplayState(ANTHROPIC, canonical_json({"blocks": saved}).decode())
 
     def _open_block(self, obj: dict[str, Any]) -> _Block:
         index = obj.get("index")

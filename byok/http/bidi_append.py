@@ -1,0 +1,183 @@
+"""BidiAppend: the client's half of a RunSSE run, one AgentClientMessage per unary call, fed to
+its run's slot in seqno order, or relayed upstream when the run (or the RPC) is not byok's."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import betterproto2
+
+from byok.config import Config
+from byok.cursor.request import requested_model_id
+from byok.http import state_ids
+from byok.http.asgi import (
+    BodyTooLarge,
+    Receive,
+    Scope,
+    Send,
+    header,
+    read_body,
+    replay_receive,
+    respond,
+    respond_connect_error,
+)
+from byok.http.connect_envelope import ConnectError, ProtocolError, decode_unary_body
+from byok.http.wire_check import well_typed
+from byok.pb.agent import v1 as agent
+from byok.pb.aiserver import v1 as aiserver
+from byok.run.bidi_order import OrderBufferFull
+from byok.run.slot import RunRegistry, RunSlot
+
+log = logging.getLogger("byok.http")
+
+
+def parse_client_message(raw: bytes) -> agent.AgentClientMessage | None:
+    """None for anything that is not exactly one AgentClientMessage variant (betterproto2
+    raises on undecodable bytes and on two members of the oneof)."""
+    lifted = state_ids.lift(raw)
+    try:
+        msg = agent.AgentClientMessage.parse(raw if lifted is None else lifted.rest)
+        name, _ = betterproto2.which_one_of(msg, "message")
+    except Exception:
+        return None
+    if not name or not well_typed(msg):
+        return None
+    if lifted is not None:
+        # The checkpoint's id lists were scanned, not parsed: put them back in place.
+        state = msg.run_request.conversation_state  # type: ignore[union-attr]
+        state.root_prompt_messages_json = lifted.roots  # type: ignore[union-attr]
+        state.turns = lifted.turns  # type: ignore[union-attr]
+    return msg
+
+
+def decode_agent_message(data: str) -> agent.AgentClientMessage | None:
+    """The append's AgentClientMessage, or None when data is not one (CLARIFICATIONS §1)."""
+    try:
+        raw = bytes.fromhex(data)
+    except ValueError:
+        return None
+    return parse_client_message(raw)
+
+
+class BidiAppends:
+    """The BidiAppend RPC. ``start_run`` (the App's) starts a run when its run_request is in
+    order; the stream side calls ``append`` for the client messages of an HTTP/2 Run."""
+
+    def __init__(
+        self,
+        *,
+        config: Config,
+        registry: RunRegistry,
+        forward: Any,
+        start_run: Callable[[RunSlot, agent.AgentRunRequest], ConnectError | None],
+    ) -> None:
+        self.config = config
+        self.registry = registry
+        self.forward = forward
+        self.max_body = config.server.max_body_bytes
+        self._start_run = start_run
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            body = await read_body(receive, self.max_body)
+        except BodyTooLarge as e:
+            await respond_connect_error(send, ConnectError("resource_exhausted", str(e)))
+            return
+        try:
+            raw = decode_unary_body(
+                body, header(scope, "content-type") or "", header(scope, "content-encoding")
+            )
+            req = aiserver.BidiAppendRequest.parse(raw)
+            if not well_typed(req):
+                raise ValueError("fields of the wrong wire type")
+        except (ProtocolError, Exception) as e:
+            await respond_connect_error(
+                send, ConnectError("invalid_argument", f"undecodable BidiAppendRequest: {e}")
+            )
+            return
+        rid = req.request_id.request_id if req.request_id is not None else ""
+        if not rid:
+            await respond_connect_error(
+                send, ConnectError("invalid_argument", "BidiAppend has no request_id")
+            )
+            return
+        slot = self.registry.get(rid)
+        if slot is not None and slot.kind == "relay":
+            await self.forward(scope, replay_receive(body, receive), send)
+            return
+        msg = decode_agent_message(req.data)
+        if msg is None:
+            if slot is not None and (slot.kind == "agent" or slot.runsse_open):
+                err = ConnectError("invalid_argument", "BidiAppend data is not a hex AgentClientMessage")
+                log.warning("request %s: %s (seqno %s)", rid, err.message, req.append_seqno)
+                await respond_connect_error(send, err)
+                return
+            # Another RPC sharing BidiAppend (speech-to-text...): relay it and all its later appends.
+            self.registry.get_or_create(rid).decide("relay")
+            await self.forward(scope, replay_receive(body, receive), send)
+            return
+        if req.data_binary:
+            await respond_connect_error(
+                send, ConnectError("invalid_argument", "data_binary is not supported")
+            )
+            return
+        slot = self.registry.get_or_create(rid)
+        if (
+            slot.kind == "unknown"
+            and msg.run_request is not None
+            and req.append_seqno == 0
+            and requested_model_id(msg.run_request)  # no model at all is our invalid_argument
+            and not self._is_local_model(requested_model_id(msg.run_request))
+        ):
+            # An official (or unknown) model: the whole run goes to upstream, unchanged.
+            log.info(
+                "request %s: model %r is not a byok model, relaying the run",
+                rid,
+                requested_model_id(msg.run_request),
+            )
+            slot.decide("relay")
+            await self.forward(scope, replay_receive(body, receive), send)
+            return
+        if slot.kind == "unknown":
+            slot.decide("agent")
+        err = self.append(slot, req.append_seqno, msg, len(req.data))
+        try:
+            if err is not None:
+                log.warning("request %s: append %s rejected: %s", rid, req.append_seqno, err)
+                await respond_connect_error(send, err)
+                return
+            await respond(send, 200, b"", "application/proto")
+        finally:
+            slot.release()
+
+    def append(
+        self, slot: RunSlot, seqno: int, msg: agent.AgentClientMessage, size: int
+    ) -> ConnectError | None:
+        if slot.closed or slot.order.is_duplicate(seqno):
+            return None  # late or repeated: idempotent
+        is_run_request = msg.run_request is not None
+        if (seqno == 0) != is_run_request:
+            text = (
+                "the first BidiAppend (seqno 0) must carry run_request"
+                if seqno == 0
+                else f"run_request at seqno {seqno}: a run has exactly one, at seqno 0"
+            )
+            return ConnectError("invalid_argument", text)
+        try:
+            ready = slot.order.offer(seqno, msg, size)
+        except OrderBufferFull as e:
+            return ConnectError("resource_exhausted", str(e))
+        for item in ready:
+            if item.run_request is not None:
+                err = self._start_run(slot, item.run_request)
+                if err is not None:
+                    return err
+            else:
+                slot.hold(item)  # released once the append is answered
+        return None
+
+    def _is_local_model(self, model_id: str) -> bool:
+        model = self.config.model(model_id) if model_id else None
+        return model is not None and model.enabled

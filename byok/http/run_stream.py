@@ -1,0 +1,267 @@
+"""A run's response stream: RunSSE (frames out; the client's messages come as BidiAppends) and
+the HTTP/2 Run (the client's messages come in on the same stream). One stream writes a slot's
+frames at a time; a dropped RunSSE leaves the run a grace period to reattach."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from byok.config import Config
+from byok.cursor import encode
+from byok.http.asgi import BodyTooLarge, ClientGone, Receive, Scope, Send, header, read_body
+from byok.http.bidi_append import parse_client_message
+from byok.http.connect_envelope import (
+    ConnectError,
+    FrameDecoder,
+    ProtocolError,
+    decode_unary_body,
+    encode_frame,
+    end_stream_error,
+)
+from byok.http.wire_check import well_typed
+from byok.pb.agent import v1 as agent
+from byok.pb.aiserver import v1 as aiserver
+from byok.run.slot import RunRegistry, RunSlot
+
+log = logging.getLogger("byok.http")
+
+# Frames already queued are coalesced into one write up to this size.
+MAX_WRITE_BYTES = 256 * 1024
+# How long a RunSSE waits for the run_request that decides whether byok runs it.
+DECISION_TIMEOUT_S = 300.0
+
+
+async def _watch_disconnect(receive: Receive, scope: trio.CancelScope) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    scope.cancel()
+
+
+class RunStreams:
+    """The RunSSE and Run RPCs. Owns the count of responses writing frames, which shutdown
+    drains; ``append`` (BidiAppends') takes the client messages of an HTTP/2 Run."""
+
+    def __init__(
+        self,
+        *,
+        config: Config,
+        registry: RunRegistry,
+        forward: Any,
+        nursery: trio.Nursery,
+        append: Callable[[RunSlot, int, agent.AgentClientMessage, int], ConnectError | None],
+    ) -> None:
+        self.config = config
+        self.registry = registry
+        self.forward = forward
+        self.nursery = nursery
+        self.max_body = config.server.max_body_bytes
+        self._append = append
+        self.streams = 0  # RunSSE / Run responses currently writing frames
+        self._streams_idle = trio.Event()
+        self._streams_idle.set()
+
+    # --- RunSSE -----------------------------------------------------------------------
+    async def run_sse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        err: ConnectError | None = None
+        rid = ""
+        try:
+            body = await read_body(receive, self.max_body)
+            raw = decode_unary_body(
+                body, header(scope, "content-type") or "", header(scope, "content-encoding")
+            )
+            ident = aiserver.BidiRequestId.parse(raw)
+            if not well_typed(ident):
+                raise ValueError("fields of the wrong wire type")
+            rid = ident.request_id
+            if not rid:
+                err = ConnectError("invalid_argument", "RunSSE has no request_id")
+        except BodyTooLarge as e:
+            err = ConnectError("resource_exhausted", str(e))
+        except (ProtocolError, Exception) as e:
+            if isinstance(e, ClientGone):
+                raise
+            err = ConnectError("invalid_argument", f"undecodable BidiRequestId: {e}")
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"application/connect+proto"),
+                    (b"cache-control", b"no-cache"),
+                    (b"connect-protocol-version", b"1"),
+                ],
+            }
+        )
+        if err is not None:
+            log.warning("RunSSE rejected: %s", err)
+            await send({"type": "http.response.body", "body": end_stream_error(err), "more_body": False})
+            return
+        slot = self.registry.get_or_create(rid)
+        slot.runsse_open = True
+        if slot.kind == "unknown":
+            # The first BidiAppend (the run_request) decides local or relayed; wait for it.
+            with trio.move_on_after(DECISION_TIMEOUT_S):
+                await slot.decided.wait()
+            if slot.kind == "unknown":
+                err = ConnectError("deadline_exceeded", "no run_request arrived for this RunSSE")
+                await send({"type": "http.response.body", "body": end_stream_error(err), "more_body": False})
+                return
+        if slot.kind == "relay":
+            await self.forward.relay_stream_body(scope, body, send)
+            return
+        await self._stream_frames(slot, receive, send)
+
+    async def _stream_frames(
+        self, slot: RunSlot, receive: Receive, send: Send, *, client_messages: bool = False
+    ) -> None:
+        """The one writer of a run's frames. With ``client_messages`` (the HTTP/2 Run call) the
+        request body carries the client's messages and is read alongside, in frame order."""
+        heartbeat = encode_frame(encode.heartbeat())
+        interval = self.config.server.heartbeat_s
+        self.streams += 1
+        if self._streams_idle.is_set():
+            self._streams_idle = trio.Event()
+        try:
+            await self._write_frames(slot, receive, send, client_messages, heartbeat, interval)
+        finally:
+            self.streams -= 1
+            if not self.streams:
+                self._streams_idle.set()
+
+    async def drain_streams(self, timeout_s: float) -> None:
+        """After shutdown: let finished runs' streams write their last frames (turn_ended,
+        checkpoints, EndStream) before the server goes away."""
+        with trio.move_on_after(timeout_s):
+            await self._streams_idle.wait()
+
+    async def _write_frames(
+        self,
+        slot: RunSlot,
+        receive: Receive,
+        send: Send,
+        client_messages: bool,
+        heartbeat: bytes,
+        interval: float,
+    ) -> None:
+        ended = False
+        sent_end = False
+        with trio.CancelScope() as cs:
+            slot.attach(cs)
+            async with trio.open_nursery() as nursery:
+                if client_messages:
+                    nursery.start_soon(self._read_client_frames, slot, receive, cs)
+                else:
+                    nursery.start_soon(_watch_disconnect, receive, cs)
+                try:
+                    while not ended:
+                        frame = None
+                        with trio.move_on_after(interval):
+                            try:
+                                frame = await slot.frames.receive()
+                            except trio.EndOfChannel:
+                                ended = True
+                                break
+                        if frame is None:
+                            await send({"type": "http.response.body", "body": heartbeat, "more_body": True})
+                            continue
+                        # Whatever else is already queued goes out in the same write: one send
+                        # per burst, not per frame, and never a wait for more.
+                        batch = [frame]
+                        size = len(frame)
+                        while size < MAX_WRITE_BYTES:
+                            try:
+                                nxt = slot.frames.receive_nowait()
+                            except trio.WouldBlock:
+                                break
+                            except trio.EndOfChannel:
+                                ended = True
+                                break
+                            batch.append(nxt)
+                            size += len(nxt)
+                        body = batch[0] if len(batch) == 1 else b"".join(batch)
+                        await send({"type": "http.response.body", "body": body, "more_body": True})
+                        if batch[-1] is slot.end_frame:
+                            sent_end = True
+                finally:
+                    nursery.cancel_scope.cancel()
+        if slot.detach(cs) and not ended and not slot.closed:
+            self.nursery.start_soon(self._grace, slot)
+        if ended:
+            # The end frame went to an earlier stream that died: this one must carry it too.
+            tail = slot.end_frame if not sent_end and slot.end_frame is not None else b""
+            await send({"type": "http.response.body", "body": tail, "more_body": False})
+
+    async def _grace(self, slot: RunSlot) -> None:
+        """A dropped RunSSE: keep the run for a reconnect; cancel it when the grace runs out."""
+        grace = self.config.server.reconnect_grace_s
+        reattached = slot.attached_event
+        with trio.move_on_after(grace):
+            await reattached.wait()
+            return
+        if not slot.closed and slot.cancel_run is not None:
+            log.info("request %s: RunSSE gone for %gs, cancelling the run", slot.request_id, grace)
+            slot.cancel_run()
+
+    # --- HTTP/2 Run -------------------------------------------------------------------
+    async def run_bidi(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """`agent.v1.AgentService/Run`: one HTTP/2 bidi stream carrying what RunSSE + BidiAppend
+        carry. The request id is the x-request-id header; client frames are numbered from 0 in
+        order, exactly like BidiAppend seqnos, and feed the same slot."""
+        rid = header(scope, "x-request-id") or str(uuid.uuid4())
+        slot = self.registry.get_or_create(rid)
+        slot.runsse_open = True
+        slot.decide("agent")
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"application/connect+proto"),
+                    (b"connect-protocol-version", b"1"),
+                ],
+            }
+        )
+        await self._stream_frames(slot, receive, send, client_messages=True)
+
+    async def _read_client_frames(self, slot: RunSlot, receive: Receive, stream: trio.CancelScope) -> None:
+        decoder = FrameDecoder(self.max_body)
+        seqno = 0
+        while True:
+            event = await receive()
+            if event["type"] == "http.disconnect":
+                stream.cancel()
+                return
+            try:
+                frames = decoder.feed(event.get("body", b""))
+            except ProtocolError as e:
+                self._fail_slot(slot, e.to_connect_error())
+                return
+            for frame in frames:
+                if frame.end_stream:
+                    continue
+                msg = parse_client_message(frame.payload)
+                if msg is None:
+                    err = ConnectError("invalid_argument", f"frame {seqno} is not an AgentClientMessage")
+                    self._fail_slot(slot, err)
+                    return
+                err = self._append(slot, seqno, msg, len(frame.payload))
+                slot.release()  # no per-message answer on a bidi stream
+                seqno += 1
+                if err is not None:
+                    self._fail_slot(slot, err)
+                    return
+            if not event.get("more_body", False):
+                # The client half-closed: keep streaming our frames until the run ends.
+                await trio.sleep_forever()
+
+    def _fail_slot(self, slot: RunSlot, err: ConnectError) -> None:
+        log.warning("request %s: %s", slot.request_id, err)
+        if slot.cancel_run is not None:
+            slot.cancel_run()
+        else:
+            slot.close(end_stream_error(err))

@@ -1,0 +1,113 @@
+"""OpenAI Chat Completions request bodies, sans-IO: a ``ModelRequest`` in, body bytes out.
+
+Also serves the many "OpenAI-compatible" providers (DeepSeek, Groq, OpenRouter, xAI...). An
+assistant turn goes back as its text and calls, plus, on tool turns where configured, the
+reasoning ``openai_chat_stream`` saved as its ``ReplayState``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from byok.model.messages import ReplayState
+from byok.model.request import (
+    AssistantTurn,
+    HistoryItem,
+    ModelRequest,
+    RenderedRequest,
+    ToolResultTurn,
+    UserTurn,
+)
+from byok.providers.kinds import OPENAI_CHAT
+from byok.providers.rendering import SLOT, assemble, cached, dumpb, schema
+
+
+def build_request(req: ModelRequest) -> bytes:
+    return render_request(req).body
+
+
+def render_request(req: ModelRequest) -> RenderedRequest:
+    """The request body and its ``messages`` elements. Key order is fixed by construction
+    (never sorted) so identical requests give identical bytes and a longer history only
+    appends to ``messages``."""
+    s = req.settings
+    elements: list[bytes] = []
+    if req.system:
+        system = {"role": "system", "content": req.system}
+        elements += cached((OPENAI_CHAT, "system", req.system), _render, system, False)
+    flag = s.replay_reasoning_on_tool_turns
+    for item in req.history:
+        elements += cached((OPENAI_CHAT, item, flag), _render, item, flag)
+    body: dict[str, Any] = {
+        "model": s.upstream_model,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "messages": SLOT,
+    }
+    if req.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": schema(t.parameters_json),
+                },
+            }
+            for t in req.tools
+        ]
+    if s.max_output_tokens is not None:
+        body["max_tokens"] = s.max_output_tokens
+    # Last, so per-provider configuration can add (or deliberately override) anything.
+    for key, value in s.extra_body:
+        body[key] = value
+    return assemble(body, "messages", elements, (key for key, _ in s.extra_body))
+
+
+def _render(item: HistoryItem | dict[str, Any], replay_on_tool_turns: bool) -> tuple[bytes]:
+    return (dumpb(_message(item, replay_on_tool_turns)),)
+
+
+def _message(item: HistoryItem | dict[str, Any], replay_on_tool_turns: bool) -> dict[str, Any]:
+    if isinstance(item, dict):
+        return item  # the system message
+    if isinstance(item, UserTurn):
+        return {"role": "user", "content": item.text}
+    if isinstance(item, AssistantTurn):
+        return _assistant_message(item, replay_on_tool_turns)
+    if isinstance(item, ToolResultTurn):
+        # Chat has no is_error flag; the content itself says what went wrong.
+        return {"role": "tool", "tool_call_id": item.call_id, "content": item.content}
+    raise TypeError(f"unknown history item {item!r}")  # pragma: no cover - HistoryItem is closed
+
+
+def _assistant_message(turn: AssistantTurn, replay_on_tool_turns: bool) -> dict[str, Any]:
+    # null content is only valid next to tool_calls; a bare empty turn sends "".
+    msg: dict[str, Any] = {"role": "assistant", "content": turn.text or (None if turn.tool_calls else "")}
+    if turn.tool_calls and replay_on_tool_turns and turn.replay is not None:
+        reasoning = _replayed_reasoning(turn.replay)
+        if reasoning is not None:
+            # DeepSeek thinking mode rejects later requests that drop this (NOTES §1).
+            msg["reasoning_content"] = reasoning
+    if turn.tool_calls:
+        msg["tool_calls"] = [
+            {
+                "id": c.call_id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": c.arguments},  # exact original text
+            }
+            for c in turn.tool_calls
+        ]
+    return msg
+
+
+def _replayed_reasoning(replay: ReplayState) -> str | None:
+    if replay.provider_kind != OPENAI_CHAT:
+        return None  # another adapter's state (e.g. after a provider switch) is not ours to send
+    try:
+        obj = json.loads(replay.data)
+    except ValueError:
+        return None
+    value = obj.get("reasoning_content") if isinstance(obj, dict) else None
+    return value if isinstance(value, str) else None

@@ -1,0 +1,258 @@
+"""Where a run starts, in values: the first store trip (it writes the run's row and, for a user
+turn, branches for an edit and appends the runtime message in the same transaction), then the
+import or the resume move, and the turn each action continues. Run keeps what these return.
+
+history.py decides which point a resume continues from and imports histories byok has not seen.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+
+import attrs
+
+from byok.cursor.background import (
+    completion_event_id,
+    completion_message,
+    is_subagent_finished,
+    simulated_user_message,
+)
+from byok.cursor.checkpoint import TurnRecord
+from byok.cursor.prompting import ModeAssets, build_runtime_message
+from byok.cursor.request import RunStart
+from byok.http.connect_envelope import ConnectError
+from byok.model.messages import Message
+from byok.pb.agent import v1 as agent
+from byok.run.history import StartFailed, fetch_turn, import_history, resume_point
+from byok.run.kv import KvLink
+from byok.store import AsyncStore, SQLiteStore, StaleRevision
+from byok.store.records import Head
+
+
+def iso_utc(ms: int) -> str:
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).isoformat(timespec="seconds")
+
+
+def changed_under_run(e: StaleRevision) -> ConnectError:
+    # The supervisor serializes runs, so only an outside writer can move the head.
+    return ConnectError("aborted", f"conversation changed under this run: {e}")
+
+
+def ends_with_answer(messages: tuple[Message, ...]) -> bool:
+    return bool(messages) and messages[-1].role == "assistant" and not messages[-1].tool_calls
+
+
+def _run_event_id(st: RunStart) -> str:
+    return f"run-request:{st.request_id}"
+
+
+def _may_import(st: RunStart) -> bool:
+    return st.client_state is not None and bool(st.client_state.root_prompt_messages_json)
+
+
+def runtime_message(assets: ModeAssets, st: RunStart, now_ms: int) -> Message:
+    """A user turn's runtime message: the user's message in the mode's template."""
+    assert st.user_message is not None
+    return build_runtime_message(
+        assets.runtime_template,
+        request_id=st.request_id,
+        user_message=st.user_message,
+        request_context=st.request_context,
+        now_iso=iso_utc(now_ms),
+        time_zone=None,
+    )
+
+
+@attrs.frozen
+class Begun:
+    """What the first store trip found and did, in its one hop to the store's thread."""
+
+    head: Head
+    turns: tuple[bytes, ...]
+    # False: a user turn must import the client's history first, then append (unread otherwise)
+    appended: bool
+
+
+def _load_start(s: SQLiteStore, run: tuple[str, str], conversation_id: str, now_ms: int) -> Begun:
+    s.start_run(run[0], conversation_id, run[1], now_ms)
+    head = s.head(conversation_id)
+    return Begun(head, s.turns_at(head.revision_id), appended=False)
+
+
+def _begin_user_turn(
+    s: SQLiteStore,
+    run: tuple[str, str],
+    conversation_id: str,
+    event_id: str,
+    message_id: str,
+    runtime: Message,
+    now_ms: int,
+    *,
+    may_import: bool,
+) -> Begun:
+    """The start of a user turn in one hop to the store's thread and one fsync: load the head,
+    branch for an edit, append the runtime message exactly once (a retried run_request replays)
+    with the run's row in the same transaction."""
+    head = s.head(conversation_id)
+    turns = s.turns_at(head.revision_id)
+    if head.version == 0 and may_import:
+        s.start_run(run[0], conversation_id, run[1], now_ms)
+        return Begun(head, turns, appended=False)
+    if s.runtime_event_message(conversation_id, event_id) is not None:
+        s.start_run(run[0], conversation_id, run[1], now_ms)
+        return Begun(head, turns, appended=True)
+    if message_id:
+        seen, anchor = s.input_anchor(conversation_id, message_id)
+        if seen and anchor != head.revision_id:
+            # An edited (or retried) message: branch from the revision before it.
+            head = s.move_head(conversation_id, head.version, anchor, now_ms)
+            turns = s.turns_at(anchor)
+    head = s.append(
+        conversation_id,
+        head.version,
+        [runtime],
+        now_ms,
+        event_id=event_id,
+        input_id=message_id or None,
+        start_run=run,
+    )
+    return Begun(head, turns, appended=True)
+
+
+async def begin(store: AsyncStore, st: RunStart, runtime: Message | None, now_ms: int) -> Begun:
+    """The first store trip, which writes the run's row; ``runtime`` is a user turn's runtime
+    message (None for any other action). Raises RunExists when an earlier run owns the request id."""
+    run = (st.request_id, st.model_id)
+    if runtime is None:
+        return await store.call(_load_start, run, st.conversation_id, now_ms)
+    assert st.user_message is not None
+    try:
+        # The common path: one store trip, one fsync, before the provider call.
+        return await store.call(
+            _begin_user_turn,
+            run,
+            st.conversation_id,
+            _run_event_id(st),
+            st.user_message.message_id,
+            runtime,
+            now_ms,
+            may_import=_may_import(st),
+        )
+    except StaleRevision as e:
+        raise StartFailed(changed_under_run(e)) from None
+
+
+@attrs.frozen
+class StartPoint:
+    """Where the run continues from: the head it appends to, the turns before this one, the turn
+    it builds and any staged round to run again."""
+
+    head: Head
+    prior_turns: tuple[bytes, ...]
+    turn: TurnRecord
+    staged: Message | None
+    token_details: agent.ConversationTokenDetails | None  # the client's meter, when it sent one
+
+
+async def start_point(
+    store: AsyncStore,
+    kv: KvLink,
+    acked: set[bytes],
+    st: RunStart,
+    begun: Begun,
+    runtime: Message | None,
+    *,
+    wall_ms: Callable[[], int],
+    timeout_s: float,
+) -> StartPoint:
+    """After the first trip: import the history, move the head for a resume, append what is
+    still to append exactly once."""
+    state = st.client_state
+    details = state.token_details if state is not None else None
+    head, prior_turns = begun.head, begun.turns
+    if runtime is not None:
+        assert st.user_message is not None
+        _remember_client_blobs(acked, state)
+        if not begun.appended:
+            head, prior_turns = await _import(store, kv, st, wall_ms(), timeout_s)
+            input_id = st.user_message.message_id or None
+            head = await _append(
+                store, st, head, runtime, wall_ms(), event_id=_run_event_id(st), input_id=input_id
+            )
+        return StartPoint(head, prior_turns, TurnRecord(st.request_id, bytes(st.user_message)), None, details)
+
+    imported = head.version == 0 and _may_import(st)
+    if imported:
+        head, prior_turns = await _import(store, kv, st, wall_ms(), timeout_s)
+    _remember_client_blobs(acked, state)
+
+    if st.action == "resume_action":
+        if state is None or not state.root_prompt_messages_json:
+            return StartPoint(head, prior_turns, _empty_turn(st.request_id), None, details)
+        count, staged = resume_point(head, state, imported=imported)
+        head = await _move_to(store, st.conversation_id, head, count, wall_ms)
+        turns = list(state.turns)
+        prior_turns = tuple(turns[:-1])
+        if not turns:
+            return StartPoint(head, prior_turns, _empty_turn(st.request_id), staged, details)
+        return StartPoint(head, prior_turns, await fetch_turn(kv, turns[-1], timeout_s), staged, details)
+
+    assert st.action == "background_task_completion_action", st.action
+    finished = [c for c in st.completions if is_subagent_finished(c)]
+    for c in finished:
+        head = await _append(
+            store, st, head, completion_message(c), wall_ms(), event_id=completion_event_id(c)
+        )
+    first = finished[0] if finished else st.completions[0]
+    turn = TurnRecord(st.request_id, bytes(simulated_user_message(first)))
+    return StartPoint(head, prior_turns, turn, None, details)
+
+
+def _remember_client_blobs(acked: set[bytes], state: agent.ConversationStateStructure | None) -> None:
+    if state is None:
+        return
+    # The client holds every blob its checkpoint references (a checkpoint only ever names
+    # ACKed blobs): after a restart nothing it already has is SET again.
+    acked.update(state.root_prompt_messages_json)
+    acked.update(state.turns)
+
+
+def _empty_turn(request_id: str) -> TurnRecord:
+    return TurnRecord(request_id, bytes(agent.UserMessage()))
+
+
+async def _import(
+    store: AsyncStore, kv: KvLink, st: RunStart, now_ms: int, timeout_s: float
+) -> tuple[Head, tuple[bytes, ...]]:
+    assert st.client_state is not None
+    head = await import_history(store, kv, st.conversation_id, st.client_state, now_ms, timeout_s)
+    return head, tuple(st.client_state.turns)
+
+
+async def _append(
+    store: AsyncStore,
+    st: RunStart,
+    head: Head,
+    message: Message,
+    now_ms: int,
+    *,
+    event_id: str,
+    input_id: str | None = None,
+) -> Head:
+    try:
+        return await store.append(
+            st.conversation_id, head.version, [message], now_ms, event_id=event_id, input_id=input_id
+        )
+    except StaleRevision as e:
+        raise StartFailed(changed_under_run(e)) from None
+
+
+async def _move_to(
+    store: AsyncStore, conversation_id: str, head: Head, count: int, wall_ms: Callable[[], int]
+) -> Head:
+    """The head moved back to the revision holding the first ``count`` messages."""
+    if count == len(head.messages):
+        return head
+    target = await store.ancestor_with_count(head.revision_id, count)
+    return await store.move_head(conversation_id, head.version, target, wall_ms())
