@@ -16,7 +16,7 @@ import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Final, Literal, get_args
+from typing import Any, Final, Literal, get_args
 
 import attrs
 
@@ -212,14 +212,20 @@ def _server(t: Table, overrides: Mapping[str, object]) -> ServerConfig:
         port=port,
         data_dir=Path(data_dir).expanduser(),
         upstream=DEFAULT_UPSTREAM if upstream is None else check_url(t, "upstream", upstream),
-        heartbeat_s=pick(t.number("heartbeat_s"), DEFAULT_HEARTBEAT_S),
-        kv_ack_timeout_s=pick(t.number("kv_ack_timeout_s"), DEFAULT_KV_ACK_TIMEOUT_S),
-        max_body_bytes=pick(t.integer("max_body_bytes"), DEFAULT_MAX_BODY_BYTES),
-        provider_max_tries=pick(t.integer("provider_max_tries"), 4),
-        provider_retry_base_s=pick(t.number("provider_retry_base_s"), 0.5),
-        reconnect_grace_s=pick(t.number("reconnect_grace_s"), 30.0),
-        shutdown_grace_s=pick(t.number("shutdown_grace_s"), 10.0),
+        **_given(  # what the file leaves out keeps ServerConfig's default
+            heartbeat_s=t.number("heartbeat_s"),
+            kv_ack_timeout_s=t.number("kv_ack_timeout_s"),
+            max_body_bytes=t.integer("max_body_bytes"),
+            provider_max_tries=t.integer("provider_max_tries"),
+            provider_retry_base_s=t.number("provider_retry_base_s"),
+            reconnect_grace_s=t.number("reconnect_grace_s"),
+            shutdown_grace_s=t.number("shutdown_grace_s"),
+        ),
     )
+
+
+def _given(**values: object) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is not None}
 
 
 def _provider(t: Table) -> ProviderConfig:

@@ -23,7 +23,7 @@ from byok.http.asgi import (
     respond,
     respond_connect_error,
 )
-from byok.http.connect_envelope import ConnectError, ProtocolError, decode_unary_body
+from byok.http.connect_envelope import ConnectError, decode_unary_body
 from byok.http.wire_check import well_typed
 from byok.pb.agent import v1 as agent
 from byok.pb.aiserver import v1 as aiserver
@@ -92,7 +92,7 @@ class BidiAppends:
             req = aiserver.BidiAppendRequest.parse(raw)
             if not well_typed(req):
                 raise ValueError("fields of the wrong wire type")
-        except (ProtocolError, Exception) as e:
+        except Exception as e:
             await respond_connect_error(
                 send, ConnectError("invalid_argument", f"undecodable BidiAppendRequest: {e}")
             )

@@ -82,7 +82,7 @@ class RunStreams:
                 err = ConnectError("invalid_argument", "RunSSE has no request_id")
         except BodyTooLarge as e:
             err = ConnectError("resource_exhausted", str(e))
-        except (ProtocolError, Exception) as e:
+        except Exception as e:
             if isinstance(e, ClientGone):
                 raise
             err = ConnectError("invalid_argument", f"undecodable BidiRequestId: {e}")

@@ -1,8 +1,9 @@
 """One agent Run: compile, loop provider calls and tool rounds, publish checkpoints, end the stream.
 
-This is the only place a turn touches I/O. What it decides comes from the sans-IO layers:
-cursor/ (request, prompting, checkpoint graph, encoding, tools), loop/ (model call
-assembly), model/ (projection) and providers/ (request bytes, stream parsing).
+The turn's I/O lives in run/ (this module, start_point, history, provider_call, tool_round);
+what it decides comes from the sans-IO layers: cursor/ (request, prompting, checkpoint graph,
+encoding, tools), loop/ (model call assembly), model/ (projection) and providers/ (request
+bytes, stream parsing).
 
 Frame orders (seeds 000 §19, §21, §22.3):
   tool round: assistant committed -> staged checkpoint (pending = the assistant) -> Execs ->
