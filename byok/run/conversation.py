@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 import attrs
 import trio
 
 from byok.cursor.checkpoint import Blob, root_blob
 from byok.model.messages import Message
+
+# Below this many messages without a known root id, encoding them again (~10 us each) is cheaper
+# than a store trip for the saved ones.
+RECALL_MIN = 64
 
 
 @attrs.define
@@ -18,12 +24,15 @@ class ConversationMemory:
     checkpoint listed to its root blob without data (made once: every checkpoint lists every
     root, and thousands of fresh Blobs per publish fed the cyclic GC). ``roots`` holds whole root
     blobs only until the client ACKs them: an idle 5,000-message conversation keeps ids
-    (~1 MiB), not its content (~8 MiB).
+    (~1 MiB), not its content (~8 MiB). ``unsaved`` are root ids worked out since the store last
+    saved them (store/root_ids.py); ``recalled``: the saved ones have been read back.
     """
 
     acked: set[bytes] = attrs.Factory(set)
     root_ids: dict[bytes, Blob] = attrs.Factory(dict)
     roots: dict[bytes, Blob] = attrs.Factory(dict)
+    unsaved: dict[bytes, bytes] = attrs.Factory(dict)
+    recalled: bool = False
 
     def root_of(self, message: Message, *, with_data: bool = False) -> Blob:
         """``message``'s root blob. Once the client holds it, only its id is needed (a checkpoint
@@ -38,9 +47,38 @@ class ConversationMemory:
         if blob is None:
             blob = root_blob(message)
             self.root_ids[key] = Blob(blob.id, b"")
+            if held is None or held.id != blob.id:
+                self.unsaved[key] = blob.id
             if blob.id not in self.acked:
                 self.roots[key] = blob
         return blob
+
+    def root_id_of(self, message: Message) -> bytes:
+        """The root id byok published for ``message`` (saved or remembered), else its own."""
+        held = self.root_ids.get(message.id)
+        return held.id if held is not None else root_blob(message).id
+
+    def needs_recall(self, messages: Sequence[Message]) -> bool:
+        """Whether reading the saved root ids back is worth a store trip (once per daemon life)."""
+        if self.recalled:
+            return False
+        if len(messages) < RECALL_MIN:
+            return False
+        missing = sum(1 for m in messages if m.id not in self.root_ids)
+        return missing >= RECALL_MIN
+
+    def recall(self, saved: Mapping[bytes, bytes]) -> None:
+        """Take the saved root ids; what this daemon worked out itself wins."""
+        self.recalled = True
+        for key, root_id in saved.items():
+            if key not in self.root_ids:
+                self.root_ids[key] = Blob(root_id, b"")
+
+    def saved(self, pairs: Sequence[tuple[bytes, bytes]]) -> None:
+        """``pairs`` (taken from ``unsaved``) are in the store now."""
+        for key, root_id in pairs:
+            if self.unsaved.get(key) == root_id:
+                del self.unsaved[key]
 
     def drop_acked_roots(self) -> None:
         """Forget the data of every root blob the client now holds (after a publish's ACKs)."""

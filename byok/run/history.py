@@ -7,6 +7,8 @@ byte for byte, and fails closed when anything is missing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import attrs
 import trio
 
@@ -105,14 +107,19 @@ async def fetch_turn(kv: KvLink, turn_id: bytes, timeout_s: float) -> TurnRecord
 
 
 def resume_point(
-    head: Head, state: agent.ConversationStateStructure, *, imported: bool = False
+    head: Head,
+    state: agent.ConversationStateStructure,
+    *,
+    imported: bool = False,
+    root_id_of: Callable[[Message], bytes] = lambda m: root_blob(m).id,
 ) -> tuple[int, Message | None]:
     """(number of committed messages the client's checkpoint covers, the staged tool-round
     assistant to run again, or None).
 
     Verifies that the client's roots are byok's own messages, so a resume never continues a
-    history the store does not hold. A staged *final* answer (the turn-end staged checkpoint)
-    covers that answer: nothing is run again."""
+    history the store does not hold (``root_id_of``: the root id byok published for a message).
+    A staged *final* answer (the turn-end staged checkpoint) covers that answer: nothing is run
+    again."""
     if imported:
         # The history was just imported from exactly these blobs (hash-verified); the staged
         # message, if any, is its last message.
@@ -143,6 +150,6 @@ def resume_point(
     if count > len(head.messages):
         raise _fail("failed_precondition", "the client's checkpoint is ahead of byok's history")
     for root_id, m in zip(roots, head.messages[: len(roots)], strict=False):
-        if root_blob(m).id != root_id:
+        if root_id_of(m) != root_id:
             raise _fail("failed_precondition", "the client's checkpoint does not match byok's history")
     return count, staged

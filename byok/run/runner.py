@@ -157,6 +157,7 @@ class Run:
                 await self.deps.store.start_run(
                     st.request_id, st.conversation_id, st.model_id, self.deps.wall_ms()
                 )
+            root_ids = list(self.memory.unsaved.items())
             await self.deps.store.finish_run(
                 self.start.request_id,
                 status,
@@ -164,7 +165,9 @@ class Run:
                 error_code=error.code if error else None,
                 error_message=error.message if error else None,
                 usage=self.usage,
+                root_ids=root_ids,
             )
+            self.memory.saved(root_ids)
 
     # --- the turn ----------------------------------------------------------------------
     async def _turn(self) -> None:
@@ -219,7 +222,7 @@ class Run:
         point = await start_point(
             self.deps.store,
             self.kv,
-            self.memory.acked,
+            self.memory,
             st,
             begun,
             runtime,
@@ -234,6 +237,7 @@ class Run:
     async def _tool_round(self, turn: TurnRecord, result: ModelCallResult) -> TurnRecord:
         assistant = attrs.evolve(result.message, tool_round_id=str(uuid.uuid4()))
         await self._append([assistant])
+        await self._recall_root_ids()
         staged = self._checkpoint(self._current_head().messages[:-1], [assistant], turn)
         await self._put_blobs(staged.blobs)
         crash_point("blobs_acked")
@@ -268,6 +272,7 @@ class Run:
         for call in assistant.tool_calls:  # the turn's steps keep the model's call order
             if call.name in self.deps.tools.registry:
                 turn = turn.with_step(encode.tool_step(by_call[call.call_id].outcome.ui_bytes()))
+        await self._recall_root_ids()
         settled = self._checkpoint(self._current_head().messages, [], turn)
         await self._put_blobs(settled.blobs)
         self.slot.send(encode.checkpoint(settled.state))
@@ -276,6 +281,7 @@ class Run:
         return turn
 
     async def _publish_final(self, turn: TurnRecord) -> None:
+        await self._recall_root_ids()
         head = self._current_head()
         staged = self._checkpoint(head.messages[:-1], [head.messages[-1]], turn)
         settled = self._checkpoint(head.messages, [], turn)
@@ -320,6 +326,13 @@ class Run:
 
     def _root_of(self, message: Message, *, with_data: bool = False) -> Blob:
         return self.memory.root_of(message, with_data=with_data)
+
+    async def _recall_root_ids(self) -> None:
+        """Before a checkpoint lists every root: after a restart, read the saved root ids back
+        instead of encoding thousands of messages again."""
+        head = self._current_head()
+        if self.memory.needs_recall(head.messages):
+            self.memory.recall(await self.deps.store.root_ids_at(head.revision_id))
 
     async def _append(self, messages: list[Message]) -> None:
         head = self._current_head()

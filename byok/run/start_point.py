@@ -24,6 +24,7 @@ from byok.cursor.request import RunStart
 from byok.http.connect_envelope import ConnectError
 from byok.model.messages import Message
 from byok.pb.agent import v1 as agent
+from byok.run.conversation import ConversationMemory
 from byok.run.history import StartFailed, fetch_turn, import_history, resume_point
 from byok.run.kv import KvLink
 from byok.store import AsyncStore, SQLiteStore, StaleRevision
@@ -158,7 +159,7 @@ class StartPoint:
 async def start_point(
     store: AsyncStore,
     kv: KvLink,
-    acked: set[bytes],
+    memory: ConversationMemory,
     st: RunStart,
     begun: Begun,
     runtime: Message | None,
@@ -173,7 +174,7 @@ async def start_point(
     head, prior_turns = begun.head, begun.turns
     if runtime is not None:
         assert st.user_message is not None
-        _remember_client_blobs(acked, state)
+        _remember_client_blobs(memory.acked, state)
         if not begun.appended:
             head, prior_turns = await _import(store, kv, st, wall_ms(), timeout_s)
             input_id = st.user_message.message_id or None
@@ -185,12 +186,14 @@ async def start_point(
     imported = head.version == 0 and _may_import(st)
     if imported:
         head, prior_turns = await _import(store, kv, st, wall_ms(), timeout_s)
-    _remember_client_blobs(acked, state)
+    _remember_client_blobs(memory.acked, state)
 
     if st.action == "resume_action":
         if state is None or not state.root_prompt_messages_json:
             return StartPoint(head, prior_turns, _empty_turn(st.request_id), None, details)
-        count, staged = resume_point(head, state, imported=imported)
+        if memory.needs_recall(head.messages):
+            memory.recall(await store.root_ids_at(head.revision_id))
+        count, staged = resume_point(head, state, imported=imported, root_id_of=memory.root_id_of)
         head = await _move_to(store, st.conversation_id, head, count, wall_ms)
         turns = list(state.turns)
         prior_turns = tuple(turns[:-1])

@@ -125,6 +125,7 @@ class AsyncStore:
         error_code: str | None = None,
         error_message: str | None = None,
         usage: Usage | None = None,
+        root_ids: Sequence[tuple[bytes, bytes]] = (),
     ) -> None:
         await self.call(
             SQLiteStore.finish_run,
@@ -134,7 +135,11 @@ class AsyncStore:
             error_code=error_code,
             error_message=error_message,
             usage=usage,
+            root_ids=root_ids,
         )
+
+    async def root_ids_at(self, revision_id: int | None) -> dict[bytes, bytes]:
+        return await self.call(SQLiteStore.root_ids_at, revision_id)
 
     async def run(self, request_id: str) -> RunRecord | None:
         return await self.call(SQLiteStore.run, request_id)

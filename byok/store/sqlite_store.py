@@ -20,6 +20,7 @@ from byok.model.messages import Message
 from byok.model.usage import Usage
 from byok.store import blobs as _blobs
 from byok.store import lineage, revisions, schema
+from byok.store import root_ids as _root_ids
 from byok.store import runs as _runs
 from byok.store.errors import StoreError
 from byok.store.history_cache import DEFAULT_CACHE_BYTES, HistoryCache
@@ -263,11 +264,18 @@ class SQLiteStore:
         error_code: str | None = None,
         error_message: str | None = None,
         usage: Usage | None = None,
+        root_ids: Sequence[tuple[bytes, bytes]] = (),
     ) -> None:
-        """Write the run's terminal state; a run ends once, so a second finish raises StoreError.
-        Then checkpoint the WAL: after the run, not inside one of its appends."""
+        """Write the run's terminal state (a run ends once: a second finish raises StoreError),
+        with the ``(message id, root id)`` pairs its checkpoints worked out (store/root_ids.py)."""
         with self._transaction(write=True) as conn:
+            _root_ids.save(conn, root_ids)
             _runs.finish_run(conn, request_id, status, now_ms, error_code, error_message, usage)
+
+    def root_ids_at(self, revision_id: int | None) -> dict[bytes, bytes]:
+        """Saved root ids of the history at ``revision_id``, by message id."""
+        with self._transaction(write=False) as conn:
+            return _root_ids.at_revision(conn, revision_id)
 
     def checkpoint_wal(self) -> None:
         """Copy committed WAL pages into the database file (PASSIVE: never waits for readers)."""
