@@ -1,40 +1,25 @@
-"""Provider-call records, written off the run's path in batches, and the prefix meter.
+"""Provider-call records, written off the run's path in batches.
 
 A run hands each finished provider call to ``CallLog.submit`` (never blocks, never touches
 SQLite); one writer task owned by the daemon finalizes everything queued on a worker thread of
 its own, then writes it in one transaction per batch (the store's one worker does only the
-INSERT). The writer also fills in the prefix meter: does this call's message list extend the
-previous call's (same conversation) message for message? Messages are compared as serialized
-bytes: each element of the request's message array (Chat: ``messages``; Responses:
-``instructions`` as element 0, then ``input``; Anthropic: ``system`` as element 0, then
-``messages``) is hashed as its JSON text exactly as sent, so a changed system prompt counts as
-a broken prefix. The adapters hand over those texts with the body (``RenderedRequest``), and
-each text's hash is memoised, so a call costs what its new messages cost, not the whole body.
-The previous call's per-message hashes live in a bounded LRU keyed by conversation; a
-conversation not in it (after a restart or eviction) is compared with its last recorded call in
-SQLite, whose stored body gives the same hashes (each element's exact span). A stored body
-that was redacted no longer holds what was sent: the call after it is not compared (None).
+INSERT). Finalizing fills in what call_meter derives, the prefix meter among it: each call is
+compared with its conversation's previous call, whose per-message hashes live in a bounded LRU
+keyed by conversation; a conversation not in it (after a restart or eviction) is compared with
+its last recorded call in SQLite, whose stored body gives the same hashes (each element's exact
+span).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import threading
 from collections import OrderedDict
-from collections.abc import Sequence
 
 import attrs
-import httpx
 import trio
 
-from byok.loop.model_call import ModelProtocolError
-from byok.model.events import ProviderError
-from byok.model.usage import Usage
-from byok.providers.fragment_cache import SizedLru
-from byok.providers.rendering import split_body
-from byok.run.body_chain import BodyLayout, layout_of, shared_bytes
-from byok.run.redaction import REDACTED, may_hold_secret, redact_body
+from byok.run.body_chain import BodyLayout, shared_bytes
+from byok.run.call_meter import compare_prefix, finalize_with_layout, stored_last
 from byok.store import AsyncStore, BodyBase, LlmCallRecord, SQLiteStore, StoreError
 
 log = logging.getLogger("byok.call_log")
@@ -45,169 +30,6 @@ MAX_CONVERSATIONS = 256
 MAX_PENDING = 1024
 # On shutdown the writer stops starting writes after this long.
 DRAIN_TIMEOUT_S = 10.0
-
-
-# --- pure helpers -----------------------------------------------------------------------------
-
-
-# Element bytes -> (their SHA-256, whether they may hold a secret key). Keyed by the adapters'
-# cached texts, so a long conversation hashes only its new messages. The finalize threads of
-# several CallLogs may share it.
-ELEMENT_DIGESTS: SizedLru[tuple[bytes, bool]] = SizedLru(24 * 2**20)
-_DIGESTS_LOCK = threading.Lock()
-
-
-def element_digests(elements: Sequence[bytes], memo: bool = True) -> tuple[tuple[bytes, ...], bool]:
-    """Each element's SHA-256 (of its JSON bytes as sent), and whether any may hold a secret.
-    ``memo=False`` for elements cut from a body: caching them would pin a copy of the history."""
-    if not memo:
-        digests = tuple(hashlib.sha256(e).digest() for e in elements)
-        return digests, any(may_hold_secret(e) for e in elements)
-    out: list[bytes] = []
-    secret = False
-    with _DIGESTS_LOCK:
-        for text in elements:
-            hit = ELEMENT_DIGESTS.get(text)
-            if hit is None:
-                hit = (hashlib.sha256(text).digest(), may_hold_secret(text))
-                ELEMENT_DIGESTS.put(text, hit, len(text) + 150)
-            out.append(hit[0])
-            secret = secret or hit[1]
-    return tuple(out), secret
-
-
-def message_hashes(body: bytes | None) -> tuple[bytes, ...] | None:
-    """SHA-256 of each compared element's JSON text as it appears in ``body``; None when
-    unknown (no body, not JSON, no message array)."""
-    split = None if body is None else split_body(body)
-    if split is None or split.elements is None:
-        return None
-    # Not memoised: cut from a body, they would pin a copy of the history.
-    return tuple(hashlib.sha256(e).digest() for e in split.elements)
-
-
-_REDACTED_JSON = b'"' + REDACTED.encode() + b'"'
-
-
-def stored_message_hashes(body: bytes | None) -> tuple[bytes, ...] | None:
-    """message_hashes of a stored request body; None (unknown) when it was redacted, since its
-    elements may then differ from what was sent, which is what the meter compares."""
-    if body is None or _REDACTED_JSON in body:
-        return None
-    return message_hashes(body)
-
-
-def compare_prefix(
-    previous: Sequence[bytes] | None, current: Sequence[bytes] | None
-) -> tuple[bool | None, int | None]:
-    """(prefix_extends, common_prefix_messages): whether ``current`` starts with all of
-    ``previous``, and how many leading messages they share. (None, None) for a first call or
-    when either side is unknown."""
-    if previous is None or current is None:
-        return None, None
-    common = 0
-    for a, b in zip(previous, current, strict=False):
-        if a != b:
-            break
-        common += 1
-    return common == len(previous), common
-
-
-def cache_hit_share(usage: Usage | None) -> float | None:
-    """cache_read / input. byok's input_tokens already includes cached reads and writes
-    (Anthropic: input + cache_read + cache_creation), so it is the denominator as is. None
-    when the provider reported no cache counts."""
-    if usage is None or (usage.cache_read_tokens is None and usage.cache_write_tokens is None):
-        return None
-    if usage.input_tokens <= 0:
-        return None
-    return (usage.cache_read_tokens or 0) / usage.input_tokens
-
-
-def error_kind(exc: BaseException | None, http_status: int | None = None) -> str | None:
-    """Classify how a provider call failed: http_4xx, http_5xx (http_Nxx for other statuses),
-    rate_limited, connection, stream_error, protocol, canceled, internal. ``http_status`` is the
-    response status of the attempt the call ended with, if it got one."""
-    if exc is None:
-        return None
-    if isinstance(exc, trio.Cancelled):
-        return "canceled"
-    if isinstance(exc, ProviderError):
-        status = http_status
-        if status is None and exc.message.startswith("HTTP "):
-            status = exc.status
-        if status is not None and not 200 <= status < 300:
-            return "rate_limited" if status == 429 else f"http_{status // 100}xx"
-        if isinstance(exc.__cause__, httpx.RequestError):
-            return "connection"
-        if exc.message.startswith(("provider error in stream", "response failed")):
-            return "rate_limited" if exc.status == 429 else "stream_error"
-        return "protocol"  # truncated stream, bad JSON, JSON instead of a stream, cut off...
-    if isinstance(exc, ModelProtocolError):
-        return "protocol"
-    return "internal"
-
-
-# --- the writer -------------------------------------------------------------------------------
-
-
-def finalize_and_hash(rec: LlmCallRecord) -> tuple[LlmCallRecord, tuple[bytes, ...] | None]:
-    """Fill in what is derived from the request body (the model name, the hashes of what was
-    really sent, the redacted body that is stored) and return the prefix meter's hashes of the
-    sent elements beside it. With the render the body
-    came from, nothing is parsed: the elements' hashes are memoised, the two whole-body hashes
-    run without the GIL, and only a body that may hold a secret key is parsed for redaction.
-    Without one (a body from elsewhere) the body is walked once for its elements."""
-    rec, hashes, _ = _finalize(rec)
-    return rec, hashes
-
-
-def _finalize(rec: LlmCallRecord) -> tuple[LlmCallRecord, tuple[bytes, ...] | None, BodyLayout | None]:
-    """finalize_and_hash, plus the stored body's layout when a later call may store its own
-    body as a tail of this one (not when redaction changed what is stored)."""
-    if rec.request_sha256 or rec.request_body is None:
-        return attrs.evolve(rec, rendered=None), message_hashes(rec.request_body), None
-    body = rec.request_body
-    shape = rec.rendered
-    ours = shape is not None and shape.body is body
-    if not ours:
-        shape = split_body(body)
-    hashes: tuple[bytes, ...] | None = None
-    secret = True
-    messages_sha256 = hashlib.sha256(b"[]")  # no message array
-    if shape is not None and shape.elements is not None and shape.array is not None:
-        hashes, secret = element_digests(shape.elements, memo=ours)
-        start, end = shape.array
-        view = memoryview(body)
-        if not secret:  # the elements are checked; the rest of the body is small
-            secret = may_hold_secret(bytes(view[:start]) + bytes(view[end:]))
-        messages_sha256 = hashlib.sha256(view[start:end])
-    stored = redact_body(body) if secret else body
-    rec = attrs.evolve(
-        rec,
-        model=rec.model or (shape.model if shape is not None else ""),
-        request_body=stored,
-        request_sha256=hashlib.sha256(body).hexdigest(),
-        messages_sha256=messages_sha256.hexdigest(),
-        rendered=None,
-    )
-    layout = None
-    if stored is body and shape is not None and hashes is not None:
-        layout = layout_of(body, shape, hashes)
-    return rec, hashes, layout
-
-
-def _stored_last(body: bytes | None) -> tuple[tuple[bytes, ...] | None, BodyLayout | None]:
-    """The meter's hashes and the layout of a stored body (a conversation's last call, read
-    after a restart); nothing for a redacted body, which may differ from what was sent."""
-    if body is None or _REDACTED_JSON in body:
-        return None, None
-    shape = split_body(body)
-    if shape is None or shape.elements is None:
-        return None, None
-    # Not memoised: cut from a body, they would pin a copy of the history.
-    digests = tuple(hashlib.sha256(e).digest() for e in shape.elements)
-    return digests, layout_of(body, shape, digests)
 
 
 @attrs.frozen
@@ -360,7 +182,7 @@ class CallLog:
         # This batch's own earlier calls are not in SQLite yet, and the LRU may have evicted them.
         in_batch: dict[str, tuple[int, _Last]] = {}
         for index, rec in enumerate(batch):
-            rec, current, layout = _finalize(rec)
+            rec, current, layout = finalize_with_layout(rec)
             conversation_id = rec.conversation_id
             if conversation_id in in_batch:
                 last = in_batch[conversation_id][1]  # no row id yet: not a base
@@ -368,7 +190,7 @@ class CallLog:
                 last = self._previous[conversation_id]
             elif conversation_id in stored:
                 row_id, body = stored[conversation_id]
-                hashes, stored_layout = _stored_last(body)
+                hashes, stored_layout = stored_last(body)
                 last = _Last(hashes, row_id, stored_layout)
             else:
                 last = _Last(None)

@@ -27,7 +27,8 @@ from byok.model.usage import Usage
 from byok.providers.adapters import Adapter
 from byok.providers.retry import stream_with_retries
 from byok.providers.runner import CallStats, StreamParser
-from byok.run.call_log import CallLog, cache_hit_share, error_kind
+from byok.run.call_log import CallLog
+from byok.run.call_meter import cache_hit_share, error_kind
 from byok.run.crash import crash_point
 from byok.run.slot import let_ready_tasks_run
 from byok.store import AsyncStore, LlmCallRecord

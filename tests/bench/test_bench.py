@@ -38,8 +38,8 @@ from byok.model.request import ModelRequest, ModelSettings
 from byok.pb.agent import v1 as agent
 from byok.providers import rendering
 from byok.providers.adapters import adapter_for
-from byok.run import call_log
-from byok.run.call_log import finalize_and_hash
+from byok.run import call_meter
+from byok.run.call_meter import finalize_and_hash
 from byok.run.conversation import ConversationMemory
 from byok.store import LlmCallRecord, SQLiteStore
 from byok.store.history_cache import DEFAULT_CACHE_BYTES
@@ -712,7 +712,7 @@ async def test_5_long_conversation(tmp_path: Path, nursery: trio.Nursery) -> Non
     post_s, _ = timed(lambda: finalize_and_hash(record), reps=3)
 
     def post_cold() -> object:
-        call_log.ELEMENT_DIGESTS.clear()
+        call_meter.ELEMENT_DIGESTS.clear()
         return finalize_and_hash(record)
 
     post_cold_s, _ = timed(post_cold, reps=3)

@@ -42,7 +42,8 @@ import trio
 from byok.config import load_config
 from byok.daemon import run_daemon
 from byok.devtools.cursor_sim import RUN_SSE, CursorSim, frame_kind, user_turn
-from byok.devtools.workspace_exec import WorkspaceExecutor, stream_close
+from byok.devtools.exec_client import stream_close
+from byok.devtools.workspace_exec import WorkspaceExecutor
 from byok.http.connect_envelope import FrameDecoder, encode_frame
 from byok.model.messages import Message
 from byok.pb.agent import v1 as agent

@@ -23,7 +23,8 @@ import trio
 
 from byok.cursor.root_json import encode_root
 from byok.devtools.cursor_sim import RUN_SSE, CursorSim, Recorded, Transcript, frame_kind, user_turn
-from byok.devtools.workspace_exec import WorkspaceExecutor, exec_result, stream_close
+from byok.devtools.exec_client import exec_result, stream_close
+from byok.devtools.workspace_exec import WorkspaceExecutor
 from byok.http.connect_envelope import FrameDecoder, encode_frame, end_stream_ok
 from byok.model.messages import Message
 from byok.pb.agent import v1 as agent

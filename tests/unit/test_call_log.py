@@ -19,14 +19,8 @@ from byok.providers import anthropic_stream, openai_chat_stream, openai_response
 from byok.providers.http_errors import http_error
 from byok.providers.rendering import split_body
 from byok.providers.runner import _transport_error
-from byok.run.call_log import (
-    REDACTED,
-    cache_hit_share,
-    compare_prefix,
-    error_kind,
-    message_hashes,
-    redact_body,
-)
+from byok.run.call_meter import cache_hit_share, compare_prefix, error_kind, message_hashes
+from byok.run.redaction import REDACTED, redact_body
 
 
 def body(obj: dict[str, Any]) -> bytes:

@@ -13,8 +13,9 @@ from byok.model.projection import project
 from byok.model.request import ModelRequest, ModelSettings
 from byok.providers import openai_chat_request, rendering
 from byok.providers.fragment_cache import SizedLru
-from byok.run.call_log import finalize_and_hash, message_hashes, redact_body, stored_message_hashes
+from byok.run.call_meter import finalize_and_hash, message_hashes, stored_message_hashes
 from byok.run.conversation import ConversationMemory
+from byok.run.redaction import redact_body
 from byok.store import LlmCallRecord, SQLiteStore
 from byok.store.history_cache import message_size
 

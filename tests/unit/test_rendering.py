@@ -29,16 +29,11 @@ from byok.model.request import (
 )
 from byok.providers import anthropic_request, openai_chat_request, openai_responses_request, rendering
 from byok.providers.adapters import adapter_for
-from byok.run.call_log import (
-    CallLog,
-    compare_prefix,
-    finalize_and_hash,
-    message_hashes,
-    redact_body,
-    stored_message_hashes,
-)
+from byok.run.call_log import CallLog
+from byok.run.call_meter import compare_prefix, finalize_and_hash, message_hashes, stored_message_hashes
 from byok.run.redaction import may_hold_secret as _may_hold_secret
 from byok.run.redaction import redact as _redact
+from byok.run.redaction import redact_body
 from byok.store import AsyncStore, LlmCallRecord
 
 KINDS = ("openai_chat", "openai_responses", "anthropic")
