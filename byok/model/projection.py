@@ -8,11 +8,17 @@ A round with a call that has no result (its run was cancelled) is not projected 
 Each item is made once per message and kept in the message's memo: the same history projects to
 the same item objects on every call, so the adapters' render cache finds them by identity and
 cached hash instead of hashing and comparing thousands of items field by field.
+
+A history is also projected incrementally: the items of everything up to the last message outside
+a tool round can no longer change (a later message cannot complete or extend a round that a plain
+message already followed), so they are kept in that message's memo and the next projection of a
+longer history starts there. A turn projects only what was added since the last one (4 ms -> a
+few microseconds at 5,000 messages).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from byok.model.messages import Message, ToolCall
@@ -39,21 +45,29 @@ def _result(m: Message) -> ToolResultTurn:
     return ToolResultTurn(m.tool_call_id, m.tool_name, m.text, m.is_error)
 
 
-def project(messages: Iterable[Message]) -> tuple[HistoryItem, ...]:
-    out: list[HistoryItem] = []
-    msgs = [m for m in messages if m.role != "system"]
-    i = 0
-    while i < len(msgs):
-        m = msgs[i]
-        if m.role == "user":
+# Message memo key of a projected prefix: (its message count, its first message, its items).
+_PREFIX = "projected_prefix"
+
+
+def project(messages: Sequence[Message]) -> tuple[HistoryItem, ...]:
+    start, out = _resume(messages)
+    final_count, final_items = start, len(out)
+    n = len(messages)
+    i = start
+    while i < n:
+        m = messages[i]
+        if m.role == "system":
+            i += 1
+        elif m.role == "user":
             out.append(_item(m, _user))
             i += 1
         elif m.role == "assistant" and m.tool_round_id:
             round_id = m.tool_round_id
             assistants: list[Message] = []
             results: list[Message] = []
-            while i < len(msgs) and msgs[i].tool_round_id == round_id:
-                (assistants if msgs[i].role == "assistant" else results).append(msgs[i])
+            while i < n and (messages[i].tool_round_id == round_id or messages[i].role == "system"):
+                if messages[i].role != "system":  # a system message never splits a round
+                    (assistants if messages[i].role == "assistant" else results).append(messages[i])
                 i += 1
             answered = {r.tool_call_id for r in results}
             calls = [c for a in assistants for c in a.tool_calls]
@@ -73,4 +87,30 @@ def project(messages: Iterable[Message]) -> tuple[HistoryItem, ...]:
             i += 1
         else:
             raise ValueError(f"tool result outside a tool round: {m.tool_call_id!r}")
-    return tuple(out)
+        if not m.tool_round_id:  # a plain message: everything up to it is final
+            final_count, final_items = i, len(out)
+    items = tuple(out)
+    if final_count > start:
+        _keep(messages, start, final_count, items[:final_items])
+    return items
+
+
+def _resume(messages: Sequence[Message]) -> tuple[int, list[HistoryItem]]:
+    """Where the last projection of a shorter history left a final prefix, and its items."""
+    for i in range(len(messages) - 1, -1, -1):
+        memo = messages[i]._memo.get(_PREFIX)
+        if memo is not None:
+            count, first, items = memo
+            # The same objects at the same place: the history cache hands a revision's children
+            # its very message objects, so the messages before them are the same too.
+            if count == i + 1 and messages[0] is first:
+                return count, list(items)
+            return 0, []
+    return 0, []
+
+
+def _keep(messages: Sequence[Message], start: int, count: int, items: tuple[HistoryItem, ...]) -> None:
+    if start:
+        # One memo per history: the prefix it starts from is part of the new one.
+        messages[start - 1]._memo.pop(_PREFIX, None)
+    messages[count - 1]._memo[_PREFIX] = (count, messages[0], items)

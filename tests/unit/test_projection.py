@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -164,8 +165,24 @@ def test_tool_message_of_a_round_without_its_assistant_raises() -> None:
         project([user("q"), result("r", c, 1)])
 
 
-def test_accepts_any_iterable() -> None:
-    assert project(iter([user("a"), assistant("b")])) == (UserTurn("a"), AssistantTurn("b"))
+def test_a_longer_history_starts_from_the_final_prefix_of_the_last_projection() -> None:
+    c1, c2 = call("c1", 0), call("c2", 1)
+    history = [user("a"), assistant("b"), user("c"), round_head("r", [c1, c2]), result("r", c1, 1)]
+    assert project(history) == (UserTurn("a"), AssistantTurn("b"), UserTurn("c"))
+    # Only the messages after "c" are projected again: the open round may still complete.
+    memo = history[2]._memo["projected_prefix"]
+    assert memo[0] == 3 and memo[1] is history[0]
+    grown = [*history, result("r", c2, 2), assistant("d")]
+    assert project(grown) == project([attrs.evolve(m) for m in grown])
+    assert "projected_prefix" not in history[2]._memo  # one memo per history
+    assert grown[-1]._memo["projected_prefix"][0] == len(grown)
+
+
+def test_a_branch_with_other_messages_is_projected_from_the_start() -> None:
+    first = [user("a"), assistant("b")]
+    assert project(first) == (UserTurn("a"), AssistantTurn("b"))
+    other = [user("x"), first[1]]  # the same object at the same place after another message
+    assert project(other) == (UserTurn("x"), AssistantTurn("b"))
 
 
 # -- prefix property -------------------------------------------------------------------------------
@@ -225,3 +242,39 @@ def test_complete_rounds_project_every_call_and_result(messages: list[Message]) 
             answers = history[i + 1 : i + 1 + len(t.tool_calls)]
             assert all(isinstance(a, ToolResultTurn) for a in answers)
             assert {a.call_id for a in answers} == {c.call_id for c in t.tool_calls}  # type: ignore[union-attr]
+
+
+@st.composite
+def any_round(draw: st.DrawFn, round_id: str) -> list[Message]:
+    """A round with every result, or (its run was cancelled) some of them missing."""
+    messages = draw(complete_round(round_id))
+    keep = draw(st.integers(0, len(messages) - 1))
+    return messages if draw(st.booleans()) else messages[: 1 + keep]
+
+
+@st.composite
+def histories_with_open_rounds(draw: st.DrawFn) -> list[Message]:
+    out: list[Message] = []
+    for n in range(draw(st.integers(0, 10))):
+        kind = draw(st.sampled_from(["user", "assistant", "system", "round"]))
+        if kind == "round":
+            out += draw(any_round(f"r{n}"))
+        elif kind == "system":
+            out.append(system(draw(_text)))
+        elif kind == "assistant":
+            out.append(assistant(draw(_text)))
+        else:
+            out.append(user(draw(_text)))
+    return out
+
+
+@given(histories_with_open_rounds(), st.data())
+def test_projecting_a_growing_history_equals_projecting_it_afresh(
+    messages: list[Message], data: st.DataObject
+) -> None:
+    """Successive projections of a history as it grows (the same message objects, as the store's
+    revisions share them) give exactly what a projection of fresh copies gives."""
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(messages)), max_size=5)))
+    for k in [*cuts, len(messages)]:
+        fresh = [attrs.evolve(m) for m in messages[:k]]
+        assert project(messages[:k]) == project(fresh)
