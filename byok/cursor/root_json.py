@@ -133,6 +133,10 @@ def _decode_root(data: bytes) -> Message:
         elif kind == "reasoning":
             thinking.append(_str(part.get("text", ""), "reasoning part"))
         elif kind == "tool-call":
+            if role != "assistant":
+                # Only an assistant turn calls tools; a Message of another role could not write
+                # its calls back, and its root's blob id would change on the next encode.
+                raise RootJsonError(f"root prompt message: a tool-call part in a {role} message")
             args = part.get("input", "")
             if not isinstance(args, str):
                 args = json.dumps(args, separators=(",", ":"), ensure_ascii=False)
