@@ -79,6 +79,8 @@ class ConversationMemory:
         for key, root_id in pairs:
             if self.unsaved.get(key) == root_id:
                 del self.unsaved[key]
+        if not self.unsaved:
+            self.unsaved = {}  # a dict keeps its table after deletions: ~0.3 MiB at 5,000
 
     def drop_acked_roots(self) -> None:
         """Forget the data of every root blob the client now holds (after a publish's ACKs)."""

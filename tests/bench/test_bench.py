@@ -797,6 +797,7 @@ async def test_5_long_conversation(tmp_path: Path, nursery: trio.Nursery) -> Non
     for m in held:
         held_memory.acked.add(held_memory.root_of(m).id)
     held_memory.drop_acked_roots()
+    held_memory.saved(list(held_memory.unsaved.items()))  # as the run's terminal write does
     held_hashes = finalize_and_hash(record)[1]
     own_heap = tracemalloc.get_traced_memory()[0] - cached_heap
     # The idle conversation's history goes before the active run's is measured: freed during
