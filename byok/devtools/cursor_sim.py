@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -22,7 +23,7 @@ import betterproto2
 import httpx
 import trio
 
-from byok.http.connect_envelope import FrameDecoder, encode_frame
+from byok.http.connect_envelope import Frame, FrameDecoder, encode_frame
 from byok.pb.agent import v1 as agent
 from byok.pb.aiserver import v1 as aiserver
 
@@ -39,6 +40,10 @@ class Recorded:
 
     message: agent.AgentServerMessage
     kind: str  # "interaction_update.text_delta", "kv_server_message.set_blob_args", ...
+    # CursorSim.run: the blob ids whose SET the client had answered with a successful
+    # set_blob_result append (the POST made) by the time this frame was read off RunSSE. The
+    # stream is read by its own task, so a frame the server sent before it got those ACKs is
+    # stamped without them even while the client is still posting them.
     acked_before: frozenset[bytes]
     at: float = attrs.field(factory=time.monotonic)  # when the frame arrived
 
@@ -92,6 +97,11 @@ class Transcript:
     @property
     def error(self) -> dict[str, Any] | None:
         return None if self.end_stream is None else self.end_stream.get("error")
+
+
+# What CursorSim.run's stream reader hands over: a frame with the ACKs posted before it was read,
+# the read error, or None when the stream ended without EndStream.
+_Received = tuple[Frame, frozenset[bytes]] | Exception | None
 
 
 def frame_kind(msg: agent.AgentServerMessage) -> str:
@@ -155,14 +165,21 @@ class CursorSim:
         """Drive one run to its end-stream. ``on_frame`` may return extra client messages to send."""
         tr = Transcript()
         seq = 0
-        acked: set[bytes] = set()
+        set_ids: dict[int, bytes] = {}  # kv id -> blob id of each SET the server sent
+        acked: set[bytes] = set()  # blob ids whose successful set_blob_result append was posted
         lock = trio.Lock()
 
         async def send(msg: agent.AgentClientMessage) -> int:
             """Post one append; returns its index in tr.appends."""
             nonlocal seq
             async with lock:  # Cursor awaits each append before the next one
-                name, _ = betterproto2.which_one_of(msg, "message")
+                name, value = betterproto2.which_one_of(msg, "message")
+                if name == "kv_client_message":
+                    result = value.set_blob_result
+                    if result is not None and result.error is None and value.id in set_ids:
+                        # Counted from the moment the POST starts, not its answer: the server
+                        # may act on an ACK (send the checkpoint) before its HTTP 200 is read.
+                        acked.add(set_ids[value.id])
                 tr.appends.append((seq, name))
                 resp = await self.append(request_id, seq, msg)
                 resp.raise_for_status()
@@ -210,6 +227,34 @@ class CursorSim:
                 await read_frames(execs)
                 execs.cancel_scope.cancel()
 
+        async def receive(
+            resp: httpx.Response,
+            out: trio.MemorySendChannel[_Received],
+            scope: trio.CancelScope,
+            finished: trio.Event,
+        ) -> None:
+            """Read RunSSE as its bytes arrive, stamping each frame with the ACKs posted by then.
+
+            The frames are handled (and answered) by read_frames, one at a time, each append
+            awaited; reading on meanwhile is what lets a frame the server sent before it had an
+            ACK be seen as such. A read error is handed over too, to surface after the frames
+            read before it, as when one task did both."""
+            try:
+                with scope:
+                    decoder = FrameDecoder()
+                    try:
+                        async for chunk in resp.aiter_bytes():
+                            for frame in decoder.feed(chunk):
+                                out.send_nowait((frame, frozenset(acked)))
+                                if frame.end_stream:
+                                    return
+                    except Exception as e:
+                        out.send_nowait(e)
+                    else:
+                        out.send_nowait(None)  # the stream ended without EndStream
+            finally:
+                finished.set()
+
         async def read_frames(execs: trio.Nursery) -> None:
             body = encode_frame(bytes(aiserver.BidiRequestId(request_id=request_id)))
             async with self.client.stream(
@@ -219,21 +264,37 @@ class CursorSim:
                 headers={"content-type": "application/connect+proto", "connect-protocol-version": "1"},
             ) as resp:
                 opened.set()
-                decoder = FrameDecoder()
-                async for chunk in resp.aiter_bytes():
-                    for frame in decoder.feed(chunk):
+                # Unbounded: the reader never waits for the handling (that waits for appends).
+                to_handle, received = trio.open_memory_channel[_Received](math.inf)
+                reading, read_done = trio.CancelScope(), trio.Event()
+                execs.start_soon(receive, resp, to_handle, reading, read_done)
+                try:
+                    while True:
+                        item = await received.receive()
+                        if item is None:
+                            return
+                        if isinstance(item, Exception):
+                            raise item
+                        frame, acked_then = item
                         if frame.end_stream:
                             tr.end_stream = json.loads(frame.payload)
                             return
                         msg = self.parse_frame(frame.payload)
-                        rec = Recorded(msg, frame_kind(msg), frozenset(acked))
+                        rec = Recorded(msg, frame_kind(msg), acked_then)
                         tr.frames.append(rec)
+                        if (kv := msg.kv_server_message) is not None and kv.set_blob_args is not None:
+                            set_ids[kv.id] = kv.set_blob_args.blob_id
                         on_exec_frame(msg, execs)
-                        for reply in self.auto_reply(msg, acked):
+                        for reply in self.auto_reply(msg):
                             await send(reply)
                         if on_frame is not None:
                             for extra in on_frame(rec, tr):
                                 await send(extra)
+                finally:
+                    # The reader is done with the response before it is closed.
+                    reading.cancel()
+                    with trio.CancelScope(shield=True):
+                        await read_done.wait()
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(read_stream)
@@ -242,7 +303,11 @@ class CursorSim:
             await send(agent.AgentClientMessage(run_request=run_request))
         return tr
 
-    def auto_reply(self, msg: agent.AgentServerMessage, acked: set[bytes]) -> list[agent.AgentClientMessage]:
+    def auto_reply(
+        self, msg: agent.AgentServerMessage, acked: set[bytes] | None = None
+    ) -> list[agent.AgentClientMessage]:
+        """The answer to a KV SET/GET from the blob store; a verified SET's id is added to
+        ``acked`` when given (callers that post the answers themselves track their ACKs there)."""
         kv = msg.kv_server_message
         if kv is None:
             return []
@@ -255,7 +320,8 @@ class CursorSim:
                 result = agent.SetBlobResult(error=agent.Error(message="blob id does not match its data"))
             else:
                 self.blobs[args.blob_id] = args.blob_data
-                acked.add(args.blob_id)
+                if acked is not None:
+                    acked.add(args.blob_id)
                 result = agent.SetBlobResult()
             reply = agent.KvClientMessage(id=kv.id, set_blob_result=result)
         else:

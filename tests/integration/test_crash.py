@@ -66,6 +66,23 @@ EXPECTED_HEAD: dict[str, list[tuple[str, str]]] = {
 }
 
 
+# Whether the client must hold the tool round's staged checkpoint (pending = the assistant with
+# call_1) when the daemon dies. Frames on the RunSSE stream arrive in the order they were sent
+# and the simulator records each one before it runs an Exec from a later frame. The staged
+# checkpoint is sent before the round's Exec (runner.Run._tool_round), so once the daemon has
+# committed the Exec's result, the client had already recorded the staged checkpoint. Frames sent
+# just before the SIGKILL may not reach the client, so only those points guarantee it:
+EXPECTED_STAGED: dict[str, bool] = {
+    "provider_call_planned": False,  # no tool round yet
+    "provider_mid_stream": False,  # no tool round yet
+    "blobs_acked": False,  # dies after the staged checkpoint's blobs are ACKed, before it is sent
+    "tool_result_committed": True,  # the Exec was answered: the staged checkpoint came before it
+    "settled_checkpoint_sent": True,  # the result was committed before this point
+    "turn_ended_sent": True,  # the round completed; the turn-end staged checkpoint was not sent
+}
+assert set(EXPECTED_STAGED) == set(POINTS) == set(EXPECTED_HEAD)
+
+
 def shape(messages: tuple[Message, ...]) -> list[tuple[str, str]]:
     return [(m.role, m.tool_call_id or ",".join(c.call_id for c in m.tool_calls)) for m in messages]
 
@@ -202,6 +219,13 @@ async def test_kill9_then_restart(point: str, tmp_path: Path, nursery: trio.Nurs
         committed = [m.encode() for m in crashed_head.messages]
         seen_checkpoints = checkpoints(seen)
         staged = [c for c in seen_checkpoints if c.pending_tool_calls]
+        # The resume half below must run where the client got the round's staged checkpoint.
+        assert len(staged) == (1 if EXPECTED_STAGED[point] else 0), [c.pending_tool_calls for c in staged]
+        for c in staged:
+            (pending,) = (json.loads(p) for p in c.pending_tool_calls)
+            assert pending["role"] == "assistant"
+            calls = [part["toolCallId"] for part in pending["content"] if part["type"] == "tool-call"]
+            assert calls == ["call_1"], pending
 
         # --- 2. restart on the same data dir --------------------------------------------------
         async with daemon_process(cfg, client, log) as d2:
@@ -213,7 +237,7 @@ async def test_kill9_then_restart(point: str, tmp_path: Path, nursery: trio.Nurs
             sim2.blobs = sim.blobs  # the client's KV store survives the daemon
 
             resumed: Transcript | None = None
-            if staged:
+            if EXPECTED_STAGED[point]:
                 provider.enqueue(chat_text_script(["Resumed after the crash."]))
                 before = len(provider.requests)
                 with trio.fail_after(15):
@@ -257,7 +281,7 @@ async def test_kill9_then_restart(point: str, tmp_path: Path, nursery: trio.Nurs
     # ones the resume replaced.
     assert [m.encode() for m in old_branch] == committed
     if branched:
-        assert staged, "only a resume may branch"
+        assert EXPECTED_STAGED[point], "only a resume may branch"
         keep = [m for m in crashed_head.messages if not (m.role == "assistant" and not m.tool_calls)]
         assert is_subsequence([m.encode() for m in keep], final)
     # Nothing duplicated.
@@ -270,7 +294,7 @@ async def test_kill9_then_restart(point: str, tmp_path: Path, nursery: trio.Nurs
     crashed = statuses["req-crash"]
     assert crashed is not None and (crashed.status, crashed.error_code) == ("error", "aborted")
     assert statuses["req-next"] is not None and statuses["req-next"].status == "success"
-    if staged:
+    if EXPECTED_STAGED[point]:
         assert statuses["req-resume"] is not None and statuses["req-resume"].status == "success"
     # The provider never saw a dangling call or a result twice, before or after the crash.
     bodies = [r.json for r in provider.requests]

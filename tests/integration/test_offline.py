@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
 import pytest
 import trio
+import trio.testing
 
 from byok.config import Config, ModelConfig, ProviderConfig, ServerConfig
 from byok.http.offline import GET_JSON, UNARY, OfflineAnswers, UpstreamHealth
@@ -119,25 +120,97 @@ async def test_health_reachable_and_cached() -> None:
         stop()
 
 
-async def test_health_unreachable_and_expiry() -> None:
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    port = listeners[0].socket.getsockname()[1]
-    await listeners[0].aclose()
-    async with httpx.AsyncClient() as client:
-        health = UpstreamHealth(f"http://127.0.0.1:{port}", client, ttl_s=0.05, timeout_s=1)
-        with trio.fail_after(5):
-            assert await health.reachable() is False
-            await trio.sleep(0.1)
-            assert await health.reachable() is False
+# The probe's own deadlines, without sockets: an ``httpx.MockTransport`` under
+# MockClock(autojump_threshold=0) (pytest-trio's ``autojump_clock``), so every wait below is
+# virtual and measured exactly.
+
+HARD_CAP_SLACK_S = 0.5  # UpstreamHealth._probe: move_on_after(timeout_s + 0.5) behind httpx's timeout
+
+
+def mock_client(handler: Callable[[httpx.Request], Awaitable[httpx.Response]]) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.MockTransport(handler))
+
+
+async def _refused(request: httpx.Request) -> httpx.Response:
+    raise httpx.ConnectError("refused", request=request)
+
+
+async def test_health_unreachable_and_expiry(autojump_clock: trio.testing.MockClock) -> None:
+    answers: list[Callable[[httpx.Request], Awaitable[httpx.Response]]] = [_refused]
+    probed_at: list[float] = []
+
+    async def upstream(request: httpx.Request) -> httpx.Response:
+        probed_at.append(trio.current_time())
+        return await answers[-1](request)
+
+    async def up(request: httpx.Request) -> httpx.Response:
+        await trio.sleep(1.0)  # a slow answer: the cache runs from the probe's end
+        return httpx.Response(503)
+
+    async with mock_client(upstream) as client:
+        health = UpstreamHealth("http://upstream.invalid", client, ttl_s=5.0, timeout_s=2.0)
+        t0 = trio.current_time()
+        assert await health.reachable() is False  # a transport error: unreachable
+        assert (health.probes, probed_at) == (1, [t0])
+        answers.append(up)  # upstream comes back; the cached "unreachable" still stands...
+        await trio.sleep_until(t0 + 5.0 - 0.001)
+        assert await health.reachable() is False
+        assert health.probes == 1
+        await trio.sleep_until(t0 + 5.0)  # ...until exactly its TTL
+        assert await health.reachable() is True
+        assert (health.probes, probed_at) == (2, [t0, t0 + 5.0])
+        assert trio.current_time() == t0 + 6.0  # the answer came after its 1 s delay
+        await trio.sleep_until(t0 + 11.0 - 0.001)  # TTL counted from when that answer arrived
+        assert await health.reachable() is True
         assert health.probes == 2
+        await trio.sleep_until(t0 + 11.0)
+        assert await health.reachable() is True
+        assert (health.probes, probed_at) == (3, [t0, t0 + 5.0, t0 + 11.0])
 
 
-async def test_health_timeout() -> None:
-    # A listener that accepts but never answers: the probe gives up after its timeout.
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    port = listeners[0].socket.getsockname()[1]
-    async with httpx.AsyncClient() as client:
-        health = UpstreamHealth(f"http://127.0.0.1:{port}", client, timeout_s=0.2)
-        with trio.fail_after(5):
+async def test_health_timeout(autojump_clock: trio.testing.MockClock) -> None:
+    # An upstream that accepts the request and never answers. The transport raises ReadTimeout
+    # when the timeout the probe passed runs out, as httpx's network transports do.
+    seen: list[dict[str, float]] = []
+
+    async def silent(request: httpx.Request) -> httpx.Response:
+        timeout = request.extensions["timeout"]
+        seen.append(timeout)
+        await trio.sleep(timeout["read"])
+        raise httpx.ReadTimeout("no answer", request=request)
+
+    async with mock_client(silent) as client:  # the client's own default timeout is 5 s
+        health = UpstreamHealth("http://upstream.invalid", client, timeout_s=0.2)
+        t0 = trio.current_time()
+        assert await health.reachable() is False
+        assert trio.current_time() - t0 == 0.2
+        assert seen == [{"connect": 0.2, "read": 0.2, "write": 0.2, "pool": 0.2}]
+
+
+async def test_health_timeout_hard_cap(autojump_clock: trio.testing.MockClock) -> None:
+    # A transport that ignores every timeout (a wedged proxy, say): the probe still gives up,
+    # at its hard cap, and a later probe runs normally.
+    async def wedged(request: httpx.Request) -> httpx.Response:
+        await trio.sleep_forever()
+        raise AssertionError
+
+    async with mock_client(wedged) as client:
+        health = UpstreamHealth("http://upstream.invalid", client, ttl_s=5.0, timeout_s=2.0)
+        t0 = trio.current_time()
+        with trio.fail_after(3600):  # virtual: a probe without a cap fails here instead of hanging
             assert await health.reachable() is False
-    await listeners[0].aclose()
+        assert trio.current_time() - t0 == 2.0 + HARD_CAP_SLACK_S
+        assert health.probes == 1
+
+
+async def test_health_answer_within_the_timeout(autojump_clock: trio.testing.MockClock) -> None:
+    # An answer that takes almost the whole timeout still counts (any status: something answered).
+    async def slow(request: httpx.Request) -> httpx.Response:
+        await trio.sleep(request.extensions["timeout"]["read"] - 0.001)
+        return httpx.Response(404)
+
+    async with mock_client(slow) as client:
+        health = UpstreamHealth("http://upstream.invalid", client, timeout_s=2.0)
+        t0 = trio.current_time()
+        assert await health.reachable() is True
+        assert trio.current_time() - t0 == 2.0 - 0.001

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from functools import partial
 
 import pytest
 import trio
@@ -14,7 +15,7 @@ from byok.pb.aiserver import v1 as aiserver
 from byok.store import SQLiteStore
 from tests.integration.conftest import Daemon
 from tests.support.fake_provider import chat_text_script, error_script
-from tests.support.run_driver import wait_run_ended
+from tests.support.run_driver import RunDriver, wait_run_ended
 
 TAIL = [
     "interaction_update.turn_ended",
@@ -40,6 +41,9 @@ def referenced_blobs(state: agent.ConversationStateStructure, blobs: dict[bytes,
 
 
 def assert_checkpoints_reference_only_acked(tr: Transcript, blobs: dict[bytes, bytes]) -> None:
+    """Each checkpoint frame references only blobs whose ACK the client had posted before the
+    frame was read (Recorded.acked_before; CursorSim reads RunSSE in its own task, so a
+    checkpoint the daemon sent without waiting for the ACKs arrives stamped without them)."""
     for rec in tr.frames:
         if rec.kind == "conversation_checkpoint":
             state = rec.message.conversation_checkpoint_update
@@ -124,6 +128,35 @@ async def test_text_turn_frame_order_and_checkpoints(daemon: Daemon) -> None:
         (call,) = store.llm_calls("req-1")
         assert call.status == "ok" and call.http_status == 200
         assert call.request_sha256 == hashlib.sha256(req.body).hexdigest()
+
+
+async def test_checkpoints_wait_for_every_ack(daemon: Daemon) -> None:
+    """With the client's ACKs held back, neither turn_ended nor any checkpoint goes out; they
+    follow once the last ACK is posted."""
+    set_kind = "kv_server_message.set_blob_args"
+    held_back = {"conversation_checkpoint", "interaction_update.turn_ended"}
+    daemon.provider.enqueue(chat_text_script(["Hello"]))
+    driver = RunDriver(daemon.sim, "req-held")
+    tr = Transcript()
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(partial(driver.stream, tr, auto_reply=False))
+            (await driver.start(turn("say hello"))).raise_for_status()
+            while set_kind not in tr.kinds():
+                await trio.sleep(0.01)
+            await trio.sleep(0.5)  # the SETs are out; a daemon that did not wait would be done
+            sets = [f for f in tr.frames if f.kind == set_kind]
+            assert len(sets) >= 2 and not held_back & set(tr.kinds())
+            acks = [reply for f in sets for reply in daemon.sim.auto_reply(f.message, driver.acked)]
+            for ack in acks[:-1]:
+                (await driver.send(ack)).raise_for_status()
+            await trio.sleep(0.3)
+            assert not held_back & set(tr.kinds()), "a checkpoint went out before its last ACK"
+            before_last = len(tr.frames)
+            (await driver.send(acks[-1])).raise_for_status()
+    assert tr.end_stream == {}
+    assert [f.kind for f in tr.frames[before_last:] if f.kind != "interaction_update.heartbeat"] == TAIL
+    assert_checkpoints_reference_only_acked(tr, daemon.sim.blobs)
 
 
 async def test_thinking_is_streamed_and_timed(daemon: Daemon) -> None:

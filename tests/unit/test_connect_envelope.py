@@ -241,8 +241,9 @@ def test_decoder_truncated_header() -> None:
 
 def test_decoder_clean_end() -> None:
     decoder = FrameDecoder()
-    decoder.feed(encode_frame(b"a"))
-    decoder.end()
+    assert decoder.feed(encode_frame(b"a")) == [Frame(0, b"a")]  # exactly the one frame
+    assert decoder.feed(b"") == []  # and nothing held back to come out later
+    decoder.end()  # nothing pending: the stream ends cleanly (a truncated one raises)
 
 
 def test_decoder_unknown_flags() -> None:

@@ -135,10 +135,13 @@ def test_canonical_json_sorts_nested_keys() -> None:
 
 @given(st.lists(any_messages, max_size=8))
 def test_decode_many_is_decode_of_each(messages: list[Message]) -> None:
-    rows = [(m.id, m.encode()) for m in messages]
+    # Each row's key is deliberately not the SHA-256 of its data, so only a message that keeps
+    # the stored key (rather than hashing its encoding again) gives it back as its id.
+    rows = [(b"k" * 31 + bytes([n]), m.encode()) for n, m in enumerate(messages)]
+    assert all(key != m.id for (key, _), m in zip(rows, messages, strict=True))
     got = Message.decode_many(rows)
-    assert got == tuple(Message.decode(data, id=i) for i, data in rows) == tuple(messages)
-    assert [m.id for m in got] == [i for i, _ in rows]  # the stored key, not recomputed
+    assert got == tuple(Message.decode(data, id=key) for key, data in rows) == tuple(messages)
+    assert [m.id for m in got] == [key for key, _ in rows]  # the stored key, not recomputed
 
 
 @pytest.mark.parametrize(
