@@ -155,6 +155,8 @@ class BidiAppends:
     def append(
         self, slot: RunSlot, seqno: int, msg: agent.AgentClientMessage, size: int
     ) -> ConnectError | None:
+        if seqno < 0:  # seqnos count from 0: a negative one is neither late nor repeated
+            return ConnectError("invalid_argument", f"append_seqno {seqno} is negative")
         if slot.closed or slot.order.is_duplicate(seqno):
             return None  # late or repeated: idempotent
         is_run_request = msg.run_request is not None

@@ -49,23 +49,31 @@ def _value_ok(proto_type: str, value: Any, depth: int) -> bool:
 
 
 @functools.cache
-def _plan(cls: type) -> tuple[tuple[str, str, Any, bool], ...]:
-    """(field name, proto type, map meta, repeated) of each proto field of a message class."""
+def _plan(cls: type) -> tuple[tuple[str, str, Any, bool, bool], ...]:
+    """(field name, proto type, map meta, repeated, may be None) of each proto field of a message
+    class. None means "not set" only for a message, an optional scalar or a oneof member."""
     plan = []
     for f in dataclasses.fields(cls):
         meta = f.metadata.get("betterproto")
         if meta is not None:
-            plan.append((f.name, meta.proto_type, meta.map_meta, meta.repeated))
+            nullable = bool(
+                meta.proto_type == "message" or meta.optional or meta.group or meta.repeated or meta.map_meta
+            )
+            plan.append((f.name, meta.proto_type, meta.map_meta, meta.repeated, nullable))
     return tuple(plan)
 
 
 def well_typed(msg: betterproto2.Message, depth: int = 0) -> bool:
     if depth > MAX_DEPTH:
         return False
-    for name, proto_type, map_meta, repeated in _plan(type(msg)):
+    for name, proto_type, map_meta, repeated, nullable in _plan(type(msg)):
         value = getattr(msg, name)
         if value is None:
-            continue
+            # betterproto2 stores None for a field sent with a group or invalid wire type (3, 4,
+            # 6, 7); a plain scalar field ("" / 0 / False when unset) is never None otherwise.
+            if nullable:
+                continue
+            return False
         if map_meta is not None:
             if not isinstance(value, dict):
                 return False
