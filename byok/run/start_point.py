@@ -229,7 +229,10 @@ async def _import(
     store: AsyncStore, kv: KvLink, st: RunStart, now_ms: int, timeout_s: float
 ) -> tuple[Head, tuple[bytes, ...]]:
     assert st.client_state is not None
-    head = await import_history(store, kv, st.conversation_id, st.client_state, now_ms, timeout_s)
+    try:
+        head = await import_history(store, kv, st.conversation_id, st.client_state, now_ms, timeout_s)
+    except StaleRevision as e:
+        raise StartFailed(changed_under_run(e)) from None
     return head, tuple(st.client_state.turns)
 
 
@@ -258,4 +261,7 @@ async def _move_to(
     if count == len(head.messages):
         return head
     target = await store.ancestor_with_count(head.revision_id, count)
-    return await store.move_head(conversation_id, head.version, target, wall_ms())
+    try:
+        return await store.move_head(conversation_id, head.version, target, wall_ms())
+    except StaleRevision as e:  # as for the run's own appends: only an outside writer does this
+        raise StartFailed(changed_under_run(e)) from None
