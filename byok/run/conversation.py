@@ -25,7 +25,8 @@ class ConversationMemory:
     root, and thousands of fresh Blobs per publish fed the cyclic GC). ``roots`` holds whole root
     blobs only until the client ACKs them: an idle 5,000-message conversation keeps ids
     (~1 MiB), not its content (~8 MiB). ``unsaved`` are root ids worked out since the store last
-    saved them (store/root_ids.py); ``recalled``: the saved ones have been read back.
+    saved them (store/root_ids.py); ``recalled``: the saved ones have been read back, or were
+    found not worth a trip.
     """
 
     acked: set[bytes] = attrs.Factory(set)
@@ -65,7 +66,12 @@ class ConversationMemory:
         if len(messages) < RECALL_MIN:
             return False
         missing = sum(1 for m in messages if m.id not in self.root_ids)
-        return missing >= RECALL_MIN
+        if missing < RECALL_MIN:
+            # This daemon knows the history: every message added later is encoded here, so the
+            # saved ids will never be worth a trip (and later checkpoints skip this count).
+            self.recalled = True
+            return False
+        return True
 
     def recall(self, saved: Mapping[bytes, bytes]) -> None:
         """Take the saved root ids; what this daemon worked out itself wins."""

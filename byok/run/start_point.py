@@ -7,8 +7,9 @@ history.py decides which point a resume continues from and imports histories byo
 
 from __future__ import annotations
 
+import contextlib
 import datetime
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import attrs
 
@@ -38,6 +39,16 @@ def iso_utc(ms: int) -> str:
 def changed_under_run(e: StaleRevision) -> ConnectError:
     # The supervisor serializes runs, so only an outside writer can move the head.
     return ConnectError("aborted", f"conversation changed under this run: {e}")
+
+
+@contextlib.contextmanager
+def _aborted_on_conflict() -> Iterator[None]:
+    """Any store write of the start that meets a conversation changed under it ends the run
+    ``aborted``, whichever step it is."""
+    try:
+        yield
+    except StaleRevision as e:
+        raise StartFailed(changed_under_run(e)) from None
 
 
 def ends_with_answer(messages: tuple[Message, ...]) -> bool:
@@ -128,7 +139,7 @@ async def begin(store: AsyncStore, st: RunStart, runtime: Message | None, now_ms
     if runtime is None:
         return await store.call(_load_start, run, st.conversation_id, now_ms)
     assert st.user_message is not None
-    try:
+    with _aborted_on_conflict():
         # The common path: one store trip, one fsync, before the provider call.
         return await store.call(
             _begin_user_turn,
@@ -140,8 +151,6 @@ async def begin(store: AsyncStore, st: RunStart, runtime: Message | None, now_ms
             now_ms,
             may_import=_may_import(st),
         )
-    except StaleRevision as e:
-        raise StartFailed(changed_under_run(e)) from None
 
 
 @attrs.frozen
@@ -229,10 +238,8 @@ async def _import(
     store: AsyncStore, kv: KvLink, st: RunStart, now_ms: int, timeout_s: float
 ) -> tuple[Head, tuple[bytes, ...]]:
     assert st.client_state is not None
-    try:
+    with _aborted_on_conflict():
         head = await import_history(store, kv, st.conversation_id, st.client_state, now_ms, timeout_s)
-    except StaleRevision as e:
-        raise StartFailed(changed_under_run(e)) from None
     return head, tuple(st.client_state.turns)
 
 
@@ -246,12 +253,10 @@ async def _append(
     event_id: str,
     input_id: str | None = None,
 ) -> Head:
-    try:
+    with _aborted_on_conflict():
         return await store.append(
             st.conversation_id, head.version, [message], now_ms, event_id=event_id, input_id=input_id
         )
-    except StaleRevision as e:
-        raise StartFailed(changed_under_run(e)) from None
 
 
 async def _move_to(
@@ -261,7 +266,5 @@ async def _move_to(
     if count == len(head.messages):
         return head
     target = await store.ancestor_with_count(head.revision_id, count)
-    try:
+    with _aborted_on_conflict():
         return await store.move_head(conversation_id, head.version, target, wall_ms())
-    except StaleRevision as e:  # as for the run's own appends: only an outside writer does this
-        raise StartFailed(changed_under_run(e)) from None
