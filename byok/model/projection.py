@@ -26,7 +26,7 @@ from byok.model.request import AssistantTurn, HistoryItem, ToolResultTurn, UserT
 
 
 def _item(message: Message, make: Callable[..., HistoryItem], *args: Any) -> HistoryItem:
-    return message.derived("history_item", make, *args)
+    return message.history_item(make, *args)
 
 
 def _user(m: Message) -> UserTurn:
@@ -98,7 +98,7 @@ def project(messages: Sequence[Message]) -> tuple[HistoryItem, ...]:
 def _resume(messages: Sequence[Message]) -> tuple[int, list[HistoryItem]]:
     """Where the last projection of a shorter history left a final prefix, and its items."""
     for i in range(len(messages) - 1, -1, -1):
-        memo = messages[i]._memo.get(_PREFIX)
+        memo = messages[i].memo_get(_PREFIX)
         if memo is not None:
             count, first, items = memo
             # The same objects at the same place: the history cache hands a revision's children
@@ -112,5 +112,5 @@ def _resume(messages: Sequence[Message]) -> tuple[int, list[HistoryItem]]:
 def _keep(messages: Sequence[Message], start: int, count: int, items: tuple[HistoryItem, ...]) -> None:
     if start:
         # One memo per history: the prefix it starts from is part of the new one.
-        messages[start - 1]._memo.pop(_PREFIX, None)
-    messages[count - 1]._memo[_PREFIX] = (count, messages[0], items)
+        messages[start - 1].memo_pop(_PREFIX)
+    messages[count - 1].memo_set(_PREFIX, (count, messages[0], items))

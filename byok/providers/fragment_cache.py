@@ -8,16 +8,22 @@ item ~1.5 KB, some megabytes) from pinning their whole content after the store l
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
+K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 
 
-class SizedLru(Generic[V]):
-    def __init__(self, max_bytes: int) -> None:
+class SizedLru(Generic[K, V]):
+    """``size_of(key, value)``: the bytes an entry counts for. Worked out again when the entry
+    leaves rather than stored beside it: a (value, size) pair per entry was 0.75 MiB of a
+    5,000-message conversation's request fragments."""
+
+    def __init__(self, max_bytes: int, size_of: Callable[[K, V], int]) -> None:
         self.max_bytes = max_bytes
-        self._items: OrderedDict[Hashable, tuple[V, int]] = OrderedDict()
+        self.size_of = size_of
+        self._items: OrderedDict[K, V] = OrderedDict()
         self._size = 0
 
     @property
@@ -27,24 +33,24 @@ class SizedLru(Generic[V]):
     def __len__(self) -> int:
         return len(self._items)
 
-    def get(self, key: Hashable) -> V | None:
-        hit = self._items.get(key)
-        if hit is None:
-            return None
-        self._items.move_to_end(key)
-        return hit[0]
+    def get(self, key: K) -> V | None:
+        value = self._items.get(key)
+        if value is not None:
+            self._items.move_to_end(key)
+        return value
 
-    def put(self, key: Hashable, value: V, size: int) -> None:
+    def put(self, key: K, value: V) -> None:
+        size = self.size_of(key, value)
         if size > self.max_bytes:
             return  # would evict everything else and still not fit
         old = self._items.pop(key, None)
         if old is not None:
-            self._size -= old[1]
-        self._items[key] = (value, size)
+            self._size -= self.size_of(key, old)
+        self._items[key] = value
         self._size += size
         while self._size > self.max_bytes:
-            _, (_, dropped) = self._items.popitem(last=False)
-            self._size -= dropped
+            dropped_key, dropped = self._items.popitem(last=False)
+            self._size -= self.size_of(dropped_key, dropped)
 
     def clear(self) -> None:
         self._items.clear()

@@ -57,7 +57,9 @@ def dumpb(obj: Any) -> bytes:
 # Cache key -> the texts it renders to. Shared by the three adapters (keys start with the kind).
 # Sized by the texts plus the item's own text: the key keeps that alive once the store has
 # evicted the decoded history it came from.
-FRAGMENTS: SizedLru[tuple[bytes, ...]] = SizedLru(24 * 2**20)
+FRAGMENTS: SizedLru[Hashable, tuple[bytes, ...]] = SizedLru(
+    24 * 2**20, lambda _key, texts: sum(2 * len(t) + 100 for t in texts) + 100
+)
 
 
 def cached(key: Hashable, render: Callable[..., Iterable[bytes]], *args: Any) -> tuple[bytes, ...]:
@@ -65,7 +67,7 @@ def cached(key: Hashable, render: Callable[..., Iterable[bytes]], *args: Any) ->
     texts = FRAGMENTS.get(key)
     if texts is None:
         texts = tuple(render(*args))
-        FRAGMENTS.put(key, texts, sum(2 * len(t) + 100 for t in texts) + 100)
+        FRAGMENTS.put(key, texts)
     return texts
 
 

@@ -34,7 +34,7 @@ from byok.store import LlmCallRecord
 # Element bytes -> (their SHA-256, whether they may hold a secret key). Keyed by the adapters'
 # cached texts, so a long conversation hashes only its new messages. The finalize threads of
 # several CallLogs may share it.
-ELEMENT_DIGESTS: SizedLru[tuple[bytes, bool]] = SizedLru(24 * 2**20)
+ELEMENT_DIGESTS: SizedLru[bytes, tuple[bytes, bool]] = SizedLru(24 * 2**20, lambda text, _: len(text) + 150)
 _DIGESTS_LOCK = threading.Lock()
 
 
@@ -51,7 +51,7 @@ def element_digests(elements: Sequence[bytes], memo: bool = True) -> tuple[tuple
             hit = ELEMENT_DIGESTS.get(text)
             if hit is None:
                 hit = (hashlib.sha256(text).digest(), may_hold_secret(text))
-                ELEMENT_DIGESTS.put(text, hit, len(text) + 150)
+                ELEMENT_DIGESTS.put(text, hit)
             out.append(hit[0])
             secret = secret or hit[1]
     return tuple(out), secret

@@ -108,15 +108,17 @@ def test_history_cache_is_bounded_by_bytes(tmp_path: Path) -> None:
 
 
 def test_sized_lru_evicts_least_recent_first() -> None:
-    lru: SizedLru[str] = SizedLru(10)
-    lru.put("a", "A", 4)
-    lru.put("b", "B", 4)
-    assert lru.get("a") == "A"  # now b is the least recent
-    lru.put("c", "C", 4)
-    assert lru.get("b") is None and lru.get("a") == "A" and lru.get("c") == "C"
+    lru: SizedLru[str, str] = SizedLru(10, lambda _key, value: len(value))
+    lru.put("a", "AAAA")
+    lru.put("b", "BBBB")
+    assert lru.get("a") == "AAAA"  # now b is the least recent
+    lru.put("c", "CCCC")
+    assert lru.get("b") is None and lru.get("a") == "AAAA" and lru.get("c") == "CCCC"
     assert lru.size == 8
-    lru.put("huge", "H", 11)
+    lru.put("huge", "H" * 11)
     assert lru.get("huge") is None and len(lru) == 2
+    lru.put("a", "AA")  # a replaced entry counts its new size only
+    assert lru.size == 6 and lru.get("a") == "AA"
 
 
 def test_memory_keeps_root_ids_not_bytes_once_acked() -> None:

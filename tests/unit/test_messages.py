@@ -157,3 +157,69 @@ def test_decode_many_fails_on_a_bad_row_as_decode_does(bad: bytes) -> None:
     with pytest.raises(Exception) as one:
         Message.decode(bad)
     assert type(many.value) is type(one.value)
+
+
+def _round(n: int) -> list[Message]:
+    calls = tuple(ToolCall(f"call-{n}-{k}", "Read", "{}", k) for k in range(2))
+    head = Message(
+        role="assistant",
+        origin="assistant",
+        tool_calls=calls,
+        tool_round_id=f"round-{n}",
+        model_call_id=f"mc-{n}",
+    )
+    results = [
+        Message(
+            role="tool",
+            origin="tool",
+            text=f"result {k}",
+            tool_call_id=c.call_id,
+            tool_name="Read",
+            tool_round_id=f"round-{n}",
+            completion_seq=k + 1,
+        )
+        for k, c in enumerate(calls)
+    ]
+    return [head, *results]
+
+
+def test_messages_decoded_together_share_their_repeated_strings() -> None:
+    # json.loads makes a new string object for every value; a history decoded whole keeps one
+    # per distinct id (a round's id recurs in each result, a call id in its result).
+    stored = _round(1) + _round(2)
+    got = Message.decode_many([(m.id, m.encode()) for m in stored])
+    assert got == tuple(stored)
+    head, first, second = got[:3]
+    assert first.tool_round_id is head.tool_round_id and second.tool_round_id is head.tool_round_id
+    assert first.tool_call_id is head.tool_calls[0].call_id
+    assert second.tool_call_id is head.tool_calls[1].call_id
+    assert got[3].tool_round_id is not head.tool_round_id  # another round, another id
+    # Roles and tool names are interned, across decodes too.
+    alone = Message.decode(stored[1].encode())
+    assert alone.role is first.role and alone.tool_name is first.tool_name is head.tool_calls[0].name
+
+
+def test_decoding_keeps_values_of_the_wrong_type_as_they_are() -> None:
+    # Interning applies to strings only: a badly typed row still decodes (and is caught by
+    # decodes_to_itself and the checks that read it), it does not raise TypeError here.
+    data = b'{"origin":"user","role":7,"tool_round_id":["x"],"tool_name":{"a":1}}'
+    m = Message.decode(data)
+    assert (m.role, m.tool_round_id, m.tool_name) == (7, ["x"], {"a": 1})
+    assert not m.decodes_to_itself()
+
+
+def test_a_decoded_and_projected_message_holds_no_memo_dict() -> None:
+    # Its id and history item have slots of their own; the dict is for the rarer memos.
+    from byok.model.projection import project
+
+    stored = [
+        Message(role="user", origin="user", text="q"),
+        *_round(1),
+        Message(role="assistant", origin="assistant", text="a"),
+    ]
+    got = Message.decode_many([(m.id, m.encode()) for m in stored])
+    project(got)
+    assert [m._memo is None for m in got] == [True] * (len(got) - 1) + [False]  # the last holds the prefix
+    assert all(
+        m._id is not None and m._item is not None for m in got if m.role != "assistant" or not m.tool_calls
+    )

@@ -150,7 +150,7 @@ def test_a_hole_elsewhere_falls_back_to_encoding_everything() -> None:
     assert splice_json(lambda t: {"a": "b", "t": t}, text, text_json) == canonical_json({"a": "b", "t": text})
     m = Message(role="user", origin="user", text=text, event_id=_HOLE)
     assert m.encode() == canonical_json(m.to_json_obj())
-    assert "text_span" not in m._memo  # no span: text_json() escapes the text itself
+    assert m.memo_get("text_span") is None  # no span: text_json() escapes the text itself
     assert m.text_json() == text_json
 
 

@@ -170,12 +170,12 @@ def test_a_longer_history_starts_from_the_final_prefix_of_the_last_projection() 
     history = [user("a"), assistant("b"), user("c"), round_head("r", [c1, c2]), result("r", c1, 1)]
     assert project(history) == (UserTurn("a"), AssistantTurn("b"), UserTurn("c"))
     # Only the messages after "c" are projected again: the open round may still complete.
-    memo = history[2]._memo["projected_prefix"]
+    memo = history[2].memo_get("projected_prefix")
     assert memo[0] == 3 and memo[1] is history[0]
     grown = [*history, result("r", c2, 2), assistant("d")]
     assert project(grown) == project([attrs.evolve(m) for m in grown])
-    assert "projected_prefix" not in history[2]._memo  # one memo per history
-    assert grown[-1]._memo["projected_prefix"][0] == len(grown)
+    assert history[2].memo_get("projected_prefix") is None  # one memo per history
+    assert grown[-1].memo_get("projected_prefix")[0] == len(grown)
 
 
 def test_a_branch_with_other_messages_is_projected_from_the_start() -> None:

@@ -58,4 +58,4 @@ def test_append_hashes_each_message_once(tmp_path: Path) -> None:
     with SQLiteStore(tmp_path / "byok.sqlite3") as store:
         head = store.append("c", 0, [big], 1)
     # The id the checkpoint needs next is already known: no second canonical JSON + SHA-256.
-    assert "id" in head.messages[0]._memo and "encoded" in head.messages[0]._memo
+    assert head.messages[0]._id is not None and head.messages[0].memo_get("encoded") is not None
