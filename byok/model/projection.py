@@ -18,15 +18,10 @@ few microseconds at 5,000 messages).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from byok.model.messages import Message, ToolCall
 from byok.model.request import AssistantTurn, HistoryItem, ToolResultTurn, UserTurn
-
-
-def _item(message: Message, make: Callable[..., HistoryItem], *args: Any) -> HistoryItem:
-    return message.history_item(make, *args)
 
 
 def _user(m: Message) -> UserTurn:
@@ -59,7 +54,7 @@ def project(messages: Sequence[Message]) -> tuple[HistoryItem, ...]:
         if m.role == "system":
             i += 1
         elif m.role == "user":
-            out.append(_item(m, _user))
+            out.append(m.history_item(_user))
             i += 1
         elif m.role == "assistant" and m.tool_round_id:
             round_id = m.tool_round_id
@@ -77,13 +72,13 @@ def project(messages: Sequence[Message]) -> tuple[HistoryItem, ...]:
                 continue
             calls.sort(key=lambda c: c.index)
             if len(assistants) == 1:
-                out.append(_item(assistants[0], _round_turn, calls))
+                out.append(assistants[0].history_item(_round_turn, calls))
             else:  # a round split over several assistant messages: not one message's item
                 out.append(_round_turn(assistants[0], calls))
             for r in sorted(results, key=lambda r: r.completion_seq):
-                out.append(_item(r, _result))
+                out.append(r.history_item(_result))
         elif m.role == "assistant":
-            out.append(_item(m, _answer))
+            out.append(m.history_item(_answer))
             i += 1
         else:
             raise ValueError(f"tool result outside a tool round: {m.tool_call_id!r}")

@@ -17,8 +17,8 @@ V = TypeVar("V")
 
 class SizedLru(Generic[K, V]):
     """``size_of(key, value)``: the bytes an entry counts for. Worked out again when the entry
-    leaves rather than stored beside it: a (value, size) pair per entry was 0.75 MiB of a
-    5,000-message conversation's request fragments."""
+    leaves rather than stored beside it: keeping a (value, size) pair per entry cost 0.34 MiB
+    more for a 5,000-message conversation's request fragments."""
 
     def __init__(self, max_bytes: int, size_of: Callable[[K, V], int]) -> None:
         self.max_bytes = max_bytes
