@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 import attrs
 import trio
 
-from byok.cursor.checkpoint import Blob, root_blob
+from byok.cursor.checkpoint import Blob, RootList, root_blob
 from byok.model.messages import Message
 
 # Below this many messages without a known root id, encoding them again (~10 us each) is cheaper
@@ -34,6 +34,8 @@ class ConversationMemory:
     roots: dict[bytes, Blob] = attrs.Factory(dict)
     unsaved: dict[bytes, bytes] = attrs.Factory(dict)
     recalled: bool = False
+    # The encoded root list of the history's settled prefix (checkpoint.RootList).
+    root_list: RootList = attrs.Factory(RootList)
 
     def root_of(self, message: Message, *, with_data: bool = False) -> Blob:
         """``message``'s root blob. Once the client holds it, only its id is needed (a checkpoint

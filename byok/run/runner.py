@@ -254,7 +254,7 @@ class Run:
             # step: SET them now, so their ACKs come back while the result is committed and other
             # tools run. Blobs are content-addressed: a SET of a result whose commit then fails
             # leaves the client an unreferenced blob, nothing more.
-            blobs = [self._root_of(message, with_data=True)]
+            blobs = [self.memory.root_of(message, with_data=True)]
             if message.tool_name in self.deps.tools.registry:
                 blobs.append(Blob.of(encode.tool_step(outcome.ui_bytes())))
             self.kv.offer(blobs)
@@ -314,8 +314,8 @@ class Run:
             turn=turn,
             token_details=self.details,
             mode=self.start.mode,
-            # A pending message travels inline (its root JSON), so its data is always needed.
-            root_of=lambda m: self._root_of(m, with_data=any(m is p for p in pending)),
+            root_of=self.memory.root_of,
+            roots=self.memory.root_list,
         )
 
     async def _put_blobs(self, blobs: list[Blob] | tuple[Blob, ...]) -> None:
@@ -323,9 +323,6 @@ class Run:
             await self.kv.put(blobs, timeout_s=self.deps.config.server.kv_ack_timeout_s)
         except KvFailure as e:
             raise RunFailed(ConnectError("internal", f"checkpoint not published: {e}")) from None
-
-    def _root_of(self, message: Message, *, with_data: bool = False) -> Blob:
-        return self.memory.root_of(message, with_data=with_data)
 
     async def _recall_root_ids(self) -> None:
         """Before a checkpoint lists every root: after a restart, read the saved root ids back

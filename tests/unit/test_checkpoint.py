@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import attrs
 from hypothesis import given
@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from byok.cursor.checkpoint import (
     Blob,
     Checkpoint,
+    RootList,
     TurnRecord,
     assistant_step,
     build_checkpoint,
@@ -349,3 +350,108 @@ def test_the_state_bytes_are_what_betterproto2_writes(
     turn = TurnRecord("req-1", USER_MSG).with_step(assistant_step("done")) if with_turn else None
     cp = build(stable=stable, pending=pending, prior_turns=prior_turns, turn=turn, mode=mode)
     assert bytes(agent.ConversationStateStructure.parse(cp.state)) == cp.state
+
+
+# -- RootList: the root entries of a growing history, extended -----------------------------------
+
+
+def held_by(acked: set[bytes]) -> Callable[[Message], Blob]:
+    """root_of as a conversation's memory answers it: no data for a blob the client holds."""
+
+    def root_of(m: Message) -> Blob:
+        blob = root_blob(m)
+        return Blob(blob.id, b"") if blob.id in acked else blob
+
+    return root_of
+
+
+def checkpoint_with(
+    stable: Sequence[Message], root_of: Callable[[Message], Blob], roots: RootList | None
+) -> Checkpoint:
+    return build_checkpoint(
+        system_prompt=SYSTEM,
+        stable=stable,
+        turn=None,
+        token_details=DETAILS,
+        mode=agent.AgentMode.AGENT,
+        root_of=root_of,
+        roots=roots,
+    )
+
+
+def test_a_root_list_asks_only_for_the_roots_of_what_is_new() -> None:
+    history = [user("q1"), assistant("a1"), Message(role="system", origin="runtime", text="s"), user("q2")]
+    acked: set[bytes] = set()
+    asked: list[Message] = []
+
+    def root_of(m: Message) -> Blob:
+        asked.append(m)
+        return held_by(acked)(m)
+
+    roots = RootList()
+    first = checkpoint_with(history, root_of, roots)
+    assert asked == [history[0], history[1], history[3]]
+    acked.update(b.id for b in first.blobs)
+    asked.clear()
+    again = checkpoint_with(history, root_of, roots)  # every root came back with data: none was kept
+    assert asked == [history[0], history[1], history[3]]
+    assert again.state == first.state
+    asked.clear()
+    longer = [*history, assistant("a2")]
+    grown = checkpoint_with(longer, root_of, roots)
+    assert asked == [longer[4]]  # the acked prefix was kept
+    assert grown.state == checkpoint_with(longer, held_by(acked), None).state
+    assert [b.id for b in grown.blobs] == [system_root(SYSTEM).id, root_blob(longer[4]).id]
+
+
+def test_a_root_list_starts_again_for_a_history_that_does_not_extend_it() -> None:
+    acked: set[bytes] = set()
+    history = [user("q1"), assistant("a1"), user("q2")]
+    roots = RootList()
+    acked.update(b.id for b in checkpoint_with(history, held_by(acked), roots).blobs)
+    checkpoint_with(history, held_by(acked), roots)  # keeps all three
+    edited = [history[0], history[1], user("q2, edited"), assistant("a2")]
+    same_values = [attrs.evolve(m) for m in history]  # a history decoded again: equal, not identical
+    for other in (edited, same_values, history[:2], history[1:]):
+        asked: list[Message] = []
+        cp = checkpoint_with(other, lambda m, asked=asked: asked.append(m) or held_by(acked)(m), roots)
+        assert cp.state == checkpoint_with(other, held_by(acked), None).state
+        assert asked == list(other)  # every root asked for again
+
+
+_op = st.one_of(
+    st.tuples(st.just("append"), st.lists(_text, min_size=1, max_size=3)),
+    st.tuples(st.just("ack"), st.integers(0, 100)),
+    st.tuples(st.just("branch"), st.tuples(st.integers(0, 20), _text)),
+    st.tuples(st.just("decode"), st.none()),
+)
+
+
+@given(st.lists(_op, max_size=25))
+def test_a_root_list_gives_the_checkpoint_of_a_fresh_one(ops: list[tuple[str, object]]) -> None:
+    """Whatever the history does (grows, is edited, is read back as new objects) and whatever
+    the client acknowledges, a kept RootList yields the same state and blobs as a fresh one."""
+    acked: set[bytes] = set()
+    roots = RootList()
+    history: list[Message] = []
+    n = 0
+    for op, arg in ops:
+        if op == "append":
+            for text in arg:  # type: ignore[attr-defined]
+                n += 1
+                history.append(user(text) if n % 3 else assistant(text))
+                if n % 5 == 0:
+                    history.append(Message(role="system", origin="runtime", text=text))
+        elif op == "ack":
+            for m in history[: int(arg)]:  # type: ignore[call-overload]
+                acked.add(root_blob(m).id)
+        elif op == "branch":  # an edit: back to a shorter history, then a new message
+            at, text = arg  # type: ignore[misc]
+            history = [*history[:at], user(text)]
+        else:
+            history = [attrs.evolve(m) for m in history]
+        for stable in (history[:-1], history):
+            kept = checkpoint_with(stable, held_by(acked), roots)
+            fresh = checkpoint_with(stable, held_by(acked), None)
+            assert kept.state == fresh.state
+            assert kept.blobs == tuple(b for b in fresh.blobs if b.data)
