@@ -68,6 +68,9 @@ class ServerConfig:
     reconnect_grace_s: float = 30.0
     # On SIGTERM, active runs get this long to finish before they are cancelled.
     shutdown_grace_s: float = 10.0
+    # After this long with no run, the decoded histories and request fragments held for fast next
+    # turns are dropped and the memory handed back (run/upkeep.py).
+    idle_release_s: float = 600.0
 
 
 @attrs.frozen
@@ -173,6 +176,7 @@ _SERVER_KEYS = (
     "provider_retry_base_s",
     "reconnect_grace_s",
     "shutdown_grace_s",
+    "idle_release_s",
 )
 _PROVIDER_KEYS = ("id", "kind", "base_url", "api_key_env", "api_key")
 _MODEL_KEYS = (
@@ -220,6 +224,7 @@ def _server(t: Table, overrides: Mapping[str, object]) -> ServerConfig:
             provider_retry_base_s=t.number("provider_retry_base_s"),
             reconnect_grace_s=t.number("reconnect_grace_s"),
             shutdown_grace_s=t.number("shutdown_grace_s"),
+            idle_release_s=t.number("idle_release_s"),
         ),
     )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import time
 from collections.abc import Callable
 
@@ -23,7 +24,7 @@ from byok.http.proxy import serve_proxy
 from byok.http.serve import serve_app
 from byok.run.call_log import DRAIN_TIMEOUT_S, CallLog
 from byok.run.runner import RunDeps, ToolSetup
-from byok.run.upkeep import between_runs, tidy
+from byok.run.upkeep import between_runs, release_caches, tidy
 from byok.store import AsyncStore
 
 log = logging.getLogger("byok")
@@ -84,6 +85,16 @@ async def run_daemon(
             )
             # WAL checkpoints and full GC collections between runs, never during one.
             await nursery.start(between_runs, app.activity, functools.partial(tidy, store))
+            # The caches kept for fast next turns, after a long idle.
+            await nursery.start(
+                functools.partial(
+                    between_runs,
+                    app.activity,
+                    functools.partial(release_caches, store),
+                    idle_s=config.server.idle_release_s,
+                    max_gap_s=math.inf,
+                )
+            )
             base_url, stop_server = await serve_app(
                 app, host=config.server.host, port=config.server.port, nursery=nursery
             )

@@ -38,6 +38,11 @@ ELEMENT_DIGESTS: SizedLru[bytes, tuple[bytes, bool]] = SizedLru(24 * 2**20, lamb
 _DIGESTS_LOCK = threading.Lock()
 
 
+def forget_element_digests() -> None:
+    with _DIGESTS_LOCK:
+        ELEMENT_DIGESTS.clear()
+
+
 def element_digests(elements: Sequence[bytes], memo: bool = True) -> tuple[tuple[bytes, ...], bool]:
     """Each element's SHA-256 (of its JSON bytes as sent), and whether any may hold a secret.
     ``memo=False`` for elements cut from a body: caching them would pin a copy of the history."""

@@ -12,6 +12,13 @@
 One task does them once no run has been active for ``idle_s``, and after ``max_gap_s`` of
 unbroken activity in any case, so garbage and the WAL stay bounded; only when a run has started
 since the last time.
+
+A second one releases what the daemon keeps for fast next turns (``release_caches``) once no
+run has been active for ``idle_release_s`` (10 minutes by default). The shared caches are
+bounded (32 MiB of decoded histories, 24 MiB of request fragments, 24 MiB of element digests)
+but would otherwise stay full for the daemon's whole life. By then the providers' own prompt
+caches have expired too (5 minutes is the usual lifetime), so the next turn's provider prefill
+costs far more than byok's cold start (about 0.1 s at 5,000 messages).
 """
 
 from __future__ import annotations
@@ -25,6 +32,8 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from byok.allocator import release_free_memory
+from byok.providers import rendering
+from byok.run.call_meter import forget_element_digests
 from byok.store import AsyncStore, SQLiteStore, StoreError
 
 log = logging.getLogger("byok.upkeep")
@@ -74,6 +83,20 @@ async def tidy(store: AsyncStore) -> None:
     release_free_memory()
     took_ms = 1e3 * (time.perf_counter() - started)
     log.debug("full collection between runs: %d unreachable, %.1f ms", found, took_ms)
+
+
+async def release_caches(store: AsyncStore) -> None:
+    """Drop every conversation's decoded history, request fragments and element digests (all
+    caches: the next turn reads them back from SQLite), then tidy up, which hands the memory back."""
+    try:
+        await store.call(SQLiteStore.forget_cached)
+    except StoreError as e:
+        log.warning("could not drop the store's history cache: %s", e)
+    held = rendering.FRAGMENTS.size
+    rendering.FRAGMENTS.clear()
+    forget_element_digests()
+    log.debug("idle: released the caches (%.1f MiB of request fragments)", held / 2**20)
+    await tidy(store)
 
 
 async def between_runs(

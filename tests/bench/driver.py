@@ -290,13 +290,16 @@ class Bench:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _config(root: Path, provider_url: str) -> tuple[Path, Path]:
+def _config(root: Path, provider_url: str, idle_release_s: float | None = None) -> tuple[Path, Path]:
     root.mkdir(parents=True, exist_ok=True)
     data_dir = root / "data"
     cfg = root / "byok.toml"
     write_config(cfg, provider_url=provider_url, data_dir=data_dir)
     # Large blobs (a 2.2 MB tool result) and a loaded machine: no spurious KV timeouts.
-    cfg.write_text(cfg.read_text().replace("kv_ack_timeout_s = 5.0", "kv_ack_timeout_s = 60.0"))
+    server = "kv_ack_timeout_s = 60.0"
+    if idle_release_s is not None:
+        server += f"\nidle_release_s = {idle_release_s}"
+    cfg.write_text(cfg.read_text().replace("kv_ack_timeout_s = 5.0", server))
     return cfg, data_dir
 
 
@@ -336,14 +339,18 @@ async def bench_daemon(
 
 @asynccontextmanager
 async def child_daemon(
-    root: Path, nursery: trio.Nursery, *, sim_kwargs: dict[str, Any] | None = None
+    root: Path,
+    nursery: trio.Nursery,
+    *,
+    sim_kwargs: dict[str, Any] | None = None,
+    idle_release_s: float | None = None,
 ) -> AsyncIterator[Bench]:
     """``byok serve`` as a child process (its own interpreter, its own core), the provider and
     the simulated Cursor in this process. CLOCK_MONOTONIC is system-wide, so frame and chunk
     timestamps taken here still compare directly. Stopped with SIGTERM (graceful) on exit."""
     provider = TimedProvider()
     url = await provider.start(nursery)
-    cfg, data_dir = _config(root, url)
+    cfg, data_dir = _config(root, url, idle_release_s)
     log_path = root / "daemon.log"
     env = {**os.environ, "BYOK_LOG_LEVEL": "INFO"}  # the default level; no per-run INFO lines
     with open(log_path, "wb") as log_file:

@@ -12,7 +12,9 @@ import trio
 import trio.testing
 
 from byok.model.messages import Message
-from byok.run.upkeep import RunActivity, between_runs, tidy
+from byok.providers import rendering
+from byok.run import call_meter
+from byok.run.upkeep import RunActivity, between_runs, release_caches, tidy
 from byok.store import AsyncStore
 
 
@@ -123,3 +125,22 @@ async def test_the_wal_is_checkpointed_only_between_runs(
         await trio.sleep(10)
         assert len(done) == 1
         nursery.cancel_scope.cancel()
+
+
+async def test_an_idle_release_drops_the_shared_caches_and_loses_nothing(tmp_path: Path) -> None:
+    async with await AsyncStore.open(tmp_path / "data") as store:
+        messages = [Message(role="user", origin="user", text=f"question {i}" * 50) for i in range(20)]
+        await store.append("c", 0, messages, 1)
+        history = (await store.head("c")).messages
+        assert await store.call(lambda s: s.cached_bytes) > 0
+        rendering.FRAGMENTS.put(("test", "key"), (b"x" * 1000,))
+        call_meter.element_digests([b'{"role":"user"}'])
+        assert rendering.FRAGMENTS.size > 0 and len(call_meter.ELEMENT_DIGESTS) > 0
+
+        await release_caches(store)
+
+        assert await store.call(lambda s: s.cached_bytes) == 0
+        assert rendering.FRAGMENTS.size == 0 and len(rendering.FRAGMENTS) == 0
+        assert len(call_meter.ELEMENT_DIGESTS) == 0
+        again = (await store.head("c")).messages  # read back from SQLite
+        assert again == history and again[0] is not history[0]
