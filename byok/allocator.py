@@ -8,6 +8,16 @@ BidiAppend, 11 ms for the exec result inside it). Serving big blocks from the he
 bounded amount of freed heap mapped turns those parses into memcpy speed (0.6 and 0.9 ms).
 
 The price is that up to ``TRIM_THRESHOLD`` bytes of freed heap stay resident after a large turn.
+
+One arena for every thread (``ARENA_MAX``). glibc gives each thread that allocates its own arena,
+and memory freed into one arena is reused only by allocations from that arena: a history the
+store's worker decoded and the trio thread later dropped left 30 MiB of free pages that the trio
+thread's next allocations could not use, so it faulted in fresh ones. One arena reuses them. Run
+back to back (bench 1 and 4, four pairs), it lowered the growing-conversation TTFT p50 in every
+pair, the commit in both, and the daemon's RSS growth after an idle release of a
+5,000-message conversation from about 25 to 12 MiB. The GIL already serialises nearly all
+allocation, so the shared arena's lock costs nothing measurable.
+
 Other platforms' allocators are left alone.
 """
 
@@ -21,11 +31,14 @@ import sys
 # mallopt(3) parameter numbers (glibc malloc.h).
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
+_M_ARENA_MAX = -8
 
 # Blocks below this come from the heap (glibc's ceiling for the setting on 64-bit is 32 MiB).
 MMAP_THRESHOLD = 32 * 1024 * 1024
 # Free heap above this much is returned to the OS.
 TRIM_THRESHOLD = 64 * 1024 * 1024
+# Every thread allocates from the main arena.
+ARENA_MAX = 1
 
 
 @functools.cache  # loaded once; the upkeep between runs asks for it each time it runs
@@ -48,10 +61,14 @@ def tune_allocator() -> bool:
     libc = _glibc()
     if libc is None:
         return False
-    # mallopt returns 1 on success.
-    return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
-        libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+    # mallopt returns 1 on success. Before any thread but the main one has allocated: an arena
+    # a thread already has stays its own.
+    settings = (
+        (_M_MMAP_THRESHOLD, MMAP_THRESHOLD),
+        (_M_TRIM_THRESHOLD, TRIM_THRESHOLD),
+        (_M_ARENA_MAX, ARENA_MAX),
     )
+    return all([bool(libc.mallopt(param, value)) for param, value in settings])
 
 
 def release_free_memory() -> bool:

@@ -144,7 +144,9 @@ class App:
         finally:
             me.done.set()
             slot.finished.set()
-            slot.cancel_run = None
+            # The slot lingers for a reconnecting RunSSE: it must not keep the finished run (its
+            # history, its turn's cards) alive through these hooks.
+            slot.cancel_run = slot.on_reattach = None
             if sup.active is me:
                 sup.active = None
             self.active.discard(me)

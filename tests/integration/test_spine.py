@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 from functools import partial
@@ -12,6 +13,7 @@ import trio
 from byok.devtools.cursor_sim import Transcript, user_turn
 from byok.pb.agent import v1 as agent
 from byok.pb.aiserver import v1 as aiserver
+from byok.run.runner import Run
 from byok.store import SQLiteStore
 from tests.integration.conftest import Daemon
 from tests.support.fake_provider import chat_text_script, error_script
@@ -251,3 +253,15 @@ async def test_length_finish_is_a_failure(daemon: Daemon) -> None:
     daemon.provider.enqueue(chat_text_script(["cut"], finish="length"))
     tr = await daemon.sim.run("req-l", turn("hi"))
     assert tr.error is not None and tr.error["code"] == "unavailable"
+
+
+async def test_a_finished_run_is_not_kept_alive_by_its_lingering_slot(daemon: Daemon) -> None:
+    """The slot of a finished run stays for a reconnecting RunSSE (SLOT_LINGER_S); the run, and
+    with it the conversation's decoded history and the turn's cards, must not stay with it."""
+    daemon.provider.enqueue(chat_text_script(["Hello"]))
+    tr = await daemon.sim.run("req-gone", turn("say hello"))
+    assert tr.end_stream == {}
+    await wait_run_ended(daemon.data_dir, "req-gone")
+    await trio.sleep(0.05)  # the run task's own tail after the terminal write
+    gc.collect()
+    assert [r for r in gc.get_objects() if isinstance(r, Run)] == []

@@ -66,3 +66,41 @@ def test_idle_upkeep_hands_freed_heap_back() -> None:
     ).stdout.split()
     assert out[0] == "1"
     assert int(out[1]) > 24 << 20  # most of the 32 MiB left the process
+
+
+_THREADS_SCRIPT = """
+import resource, sys, threading
+from byok.allocator import tune_allocator
+tuned = tune_allocator() if sys.argv[1] == "tune" else False
+def faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+def blocks():
+    return [bytes(1500) + b"x" for _ in range(20000)]  # 30 MiB of mid-size blocks
+made = []
+worker = threading.Thread(target=lambda: made.append(blocks()))
+worker.start()
+worker.join()
+made.clear()  # decoded on a worker thread, dropped later
+before = faults()
+again = blocks()  # the main thread's next allocations of the same sizes
+print(int(tuned), faults() - before)
+"""
+
+
+def test_memory_a_worker_thread_freed_is_reused_by_the_main_thread() -> None:
+    def faults(mode: str) -> tuple[bool, int]:
+        out = subprocess.run(
+            [sys.executable, "-c", _THREADS_SCRIPT, mode],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout.split()
+        return out[0] == "1", int(out[1])
+
+    tuned, tuned_faults = faults("tune")
+    if not tuned:
+        pytest.skip("not glibc: the allocator is left alone")
+    _, default_faults = faults("default")
+    assert default_faults > 5_000  # the worker's arena kept its 30 MiB; the main thread faulted in more
+    assert tuned_faults < 500  # one arena: the same pages again
