@@ -24,12 +24,14 @@ from byok.http.proxy import serve_proxy
 from byok.http.serve import serve_app
 from byok.run.call_log import DRAIN_TIMEOUT_S, CallLog
 from byok.run.runner import RunDeps, ToolSetup
-from byok.run.upkeep import between_runs, release_caches, tidy
+from byok.run.upkeep import RunActivity, between_runs, release_caches, tidy, until_quiet
 from byok.store import AsyncStore
 
 log = logging.getLogger("byok")
 # After the runs end, how long their streams get to write their last frames.
 STREAM_DRAIN_S = 5.0
+# How long a provider-call record may wait for the runs to go quiet before it is written anyway.
+CALL_LOG_DEFER_S = 1.0
 
 
 def provider_client() -> httpx.AsyncClient:
@@ -64,7 +66,10 @@ async def run_daemon(
     interrupted = await store.interrupt_running_runs(int(time.time() * 1000))
     if interrupted:
         log.warning("marked %d run(s) interrupted by the previous shutdown", interrupted)
-    call_log = CallLog(store, detailed=config.logging.detailed)
+    activity = RunActivity()
+    # Call records are finalized once the runs are quiet (or CALL_LOG_DEFER_S at most).
+    quiet = functools.partial(until_quiet, activity, CALL_LOG_DEFER_S)
+    call_log = CallLog(store, detailed=config.logging.detailed, quiet=quiet)
     try:
         async with provider_client() as http, upstream_client() as up, trio.open_nursery() as nursery:
             # Call records are written by this task; cancelling the nursery makes it drain its queue.
@@ -82,6 +87,7 @@ async def run_daemon(
                 model_list=ModelListRoutes(config, up, config.server.upstream, health=health),
                 offline=OfflineAnswers(config),
                 health=health,
+                activity=activity,
             )
             # WAL checkpoints and full GC collections between runs, never during one.
             await nursery.start(between_runs, app.activity, functools.partial(tidy, store))

@@ -45,6 +45,7 @@ class App:
         model_list: ModelListRoutes | None = None,
         offline: OfflineAnswers | None = None,
         health: UpstreamHealth | None = None,
+        activity: RunActivity | None = None,
     ) -> None:
         self.config = config
         self.model_list = model_list
@@ -69,7 +70,8 @@ class App:
         self.active: set[ActiveRun] = set()
         self._idle = trio.Event()
         self._idle.set()
-        self.activity = RunActivity()  # what upkeep between runs waits for (run/upkeep.py)
+        # What upkeep between runs and the call log wait for (run/upkeep.py).
+        self.activity = activity if activity is not None else RunActivity()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":

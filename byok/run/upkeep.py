@@ -71,6 +71,13 @@ class RunActivity:
         self._changed = trio.Event()
 
 
+async def until_quiet(activity: RunActivity, max_wait_s: float) -> None:
+    """Until no run is active, or for ``max_wait_s`` at most (under unbroken activity)."""
+    with trio.move_on_after(max_wait_s):
+        while activity.active:
+            await activity.changed()
+
+
 async def tidy(store: AsyncStore) -> None:
     """The daemon's upkeep: the WAL into the database file (on the store's worker), then a full
     collection and the freed heap back to the OS."""

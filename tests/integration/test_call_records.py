@@ -35,6 +35,7 @@ from tests.support.fake_provider import (
     error_script,
     invalid_json_script,
 )
+from tests.support.run_driver import wait_call_records
 
 SYS = {"role": "system", "content": "be brief"}
 U1 = {"role": "user", "content": "hi"}
@@ -121,6 +122,32 @@ async def test_records_queued_during_a_write_go_in_the_next_batch(
     await log.flush()
     assert spy.sizes == [1, 20]
     assert len(await store.llm_calls("r1")) == 21
+
+
+async def test_the_writer_waits_for_quiet_before_each_batch(
+    store: AsyncStore, spy: WriteSpy, nursery: trio.Nursery
+) -> None:
+    """The daemon's quiet hook holds the writer while runs are active: finalizing a long call
+    holds the GIL for tens of milliseconds, which the run's own turn end would wait behind."""
+    quiet = trio.Event()
+    waits = 0
+
+    async def until_quiet() -> None:
+        nonlocal waits
+        waits += 1
+        await quiet.wait()
+
+    log = CallLog(store, quiet=until_quiet)
+    await nursery.start(log.run)
+    for i in range(3):
+        log.submit(rec("r1", "c", [U1], started_at_ms=i))
+    for _ in range(20):
+        await trio.sleep(0)
+    assert waits == 1 and spy.sizes == []  # taken off the queue, not written
+    quiet.set()
+    await log.flush()
+    assert spy.sizes == [3]
+    assert [c.started_at_ms for c in await store.llm_calls("r1")] == [0, 1, 2]
 
 
 async def test_cancelling_the_writer_drains_what_is_queued(store: AsyncStore) -> None:
@@ -422,16 +449,6 @@ async def daemon_with(tmp_path: Path, nursery: trio.Nursery, extra: str) -> Asyn
     shutdown()
 
 
-async def recorded(data_dir: Path, request_id: str, count: int = 1) -> list[LlmCallRecord]:
-    """The run's call records, once the daemon's CallLog has written them."""
-    with SQLiteStore.open_in(data_dir) as store, trio.fail_after(10):
-        while True:
-            calls = store.llm_calls(request_id)
-            if len(calls) >= count:
-                return calls
-            await trio.sleep(0.01)
-
-
 def turn(text: str, msg: str) -> Any:
     return user_turn(text, conversation_id="conv-1", model_id="byok-demo", message_id=msg)
 
@@ -443,8 +460,8 @@ async def test_second_turn_extends_the_first_calls_messages(daemon: Daemon) -> N
     tr1 = await daemon.sim.run("req-a", turn("first", "m1"))
     tr2 = await daemon.sim.run("req-b", turn("second", "m2"))
     assert tr1.end_stream == {} and tr2.end_stream == {}
-    (first,) = await recorded(daemon.data_dir, "req-a")
-    (second,) = await recorded(daemon.data_dir, "req-b")
+    (first,) = await wait_call_records(daemon.data_dir, "req-a")
+    (second,) = await wait_call_records(daemon.data_dir, "req-b")
     sent_first, sent_second = daemon.provider.requests
 
     assert first.prefix_extends is None and first.common_prefix_messages is None
@@ -470,7 +487,7 @@ async def test_429_then_success_records_two_attempts(daemon: Daemon) -> None:
     daemon.provider.enqueue(error_script(429, "x", retry_after="0"), chat_text_script(["ok"]))
     tr = await daemon.sim.run("req-r", turn("hi", "m1"))
     assert tr.end_stream == {}
-    (call,) = await recorded(daemon.data_dir, "req-r")
+    (call,) = await wait_call_records(daemon.data_dir, "req-r")
     assert call.attempts == 2
     assert call.status == "ok" and call.http_status == 200 and call.error_kind is None
     assert call.usage is not None
@@ -480,7 +497,7 @@ async def test_a_rejected_call_records_its_error_kind(daemon: Daemon) -> None:
     daemon.provider.enqueue(error_script(400, "bad model"))
     tr = await daemon.sim.run("req-e", turn("hi", "m1"))
     assert tr.end_stream != {}
-    (call,) = await recorded(daemon.data_dir, "req-e")
+    (call,) = await wait_call_records(daemon.data_dir, "req-e")
     assert call.status == "error" and call.error_kind == "http_4xx" and call.http_status == 400
     assert call.attempts == 1 and call.error is not None and "bad model" in call.error
     assert call.usage is None and call.cache_hit_share is None
@@ -492,7 +509,7 @@ async def test_detailed_logging_captures_the_raw_stream(tmp_path: Path, nursery:
         d.provider.enqueue(script)
         tr = await d.sim.run("req-d", turn("hi", "m1"))
         assert tr.end_stream == {}
-        (call,) = await recorded(d.data_dir, "req-d")
+        (call,) = await wait_call_records(d.data_dir, "req-d")
         assert call.response_capture == b"".join(script.chunks)
         assert call.byte_count == len(call.response_capture)
         assert call.request_body == d.provider.requests[0].body

@@ -11,7 +11,6 @@ import trio
 
 from byok.devtools.cursor_sim import user_turn
 from byok.devtools.workspace_exec import WorkspaceExecutor
-from byok.store import SQLiteStore
 from tests.integration.conftest import start_daemon
 from tests.support.fake_provider import (
     anthropic_text_script,
@@ -21,6 +20,7 @@ from tests.support.fake_provider import (
     responses_text_script,
     responses_tool_script,
 )
+from tests.support.run_driver import wait_call_records
 
 READ_ARGS = '{"path": "hello.txt"}'
 
@@ -101,7 +101,6 @@ async def test_tool_round_with_replay(kind: str, tmp_path: Path, nursery: trio.N
             kinds = tr.kinds()
             assert "interaction_update.thinking_delta" in kinds
             assert "interaction_update.thinking_completed" in kinds
-        with SQLiteStore.open_in(d.data_dir) as store:
-            calls = store.llm_calls("req-" + kind)
-            assert [c.status for c in calls] == ["ok", "ok"]
-            assert all(c.usage is not None for c in calls)
+        calls = await wait_call_records(d.data_dir, "req-" + kind, 2)
+        assert [c.status for c in calls] == ["ok", "ok"]
+        assert all(c.usage is not None for c in calls)

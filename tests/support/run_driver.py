@@ -27,7 +27,7 @@ from byok.devtools.cursor_sim import RUN_SSE, CursorSim, Recorded, Transcript, f
 from byok.http.connect_envelope import FrameDecoder, encode_frame
 from byok.pb.agent import v1 as agent
 from byok.pb.aiserver import v1 as aiserver
-from byok.store import SQLiteStore
+from byok.store import LlmCallRecord, SQLiteStore
 from byok.store.records import RunRecord
 from tests.support.fake_provider import FakeProvider
 
@@ -229,6 +229,20 @@ def assert_store_has_no_duplicate(data_dir: Path, conversation_id: str) -> None:
     with SQLiteStore.open_in(data_dir) as store:
         encoded = [m.encode() for m in store.head(conversation_id).messages]
     assert len(encoded) == len(set(encoded)), "the committed history holds a message twice"
+
+
+async def wait_call_records(
+    data_dir: Path, request_id: str, count: int = 1, timeout_s: float = 10.0
+) -> list[LlmCallRecord]:
+    """The run's provider-call records once ``count`` are written: the call log writes them
+    after the runs go quiet, so just after the run's end they may not be there yet."""
+    with trio.fail_after(timeout_s):
+        while True:
+            with SQLiteStore.open_in(data_dir) as store:
+                calls = store.llm_calls(request_id)
+            if len(calls) >= count:
+                return calls
+            await trio.sleep(0.01)
 
 
 async def wait_run_ended(data_dir: Path, request_id: str, timeout_s: float = 5.0) -> RunRecord:

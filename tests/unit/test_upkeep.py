@@ -14,7 +14,7 @@ import trio.testing
 from byok.model.messages import Message
 from byok.providers import rendering
 from byok.run import call_meter
-from byok.run.upkeep import RunActivity, between_runs, release_caches, tidy
+from byok.run.upkeep import RunActivity, between_runs, release_caches, tidy, until_quiet
 from byok.store import AsyncStore
 
 
@@ -144,3 +144,34 @@ async def test_an_idle_release_drops_the_shared_caches_and_loses_nothing(tmp_pat
         assert len(call_meter.ELEMENT_DIGESTS) == 0
         again = (await store.head("c")).messages  # read back from SQLite
         assert again == history and again[0] is not history[0]
+
+
+async def test_until_quiet_waits_for_the_last_active_run_or_gives_up(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    activity = RunActivity()
+    t0 = trio.current_time()
+    await until_quiet(activity, 1.0)
+    assert trio.current_time() == t0  # nothing active: at once
+
+    async def runs(nursery_done: trio.Event) -> None:
+        activity.started()
+        activity.started()
+        await trio.sleep(0.2)
+        activity.finished()
+        await trio.sleep(0.3)
+        activity.finished()
+        nursery_done.set()
+
+    done = trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(runs, done)
+        await trio.sleep(0.01)
+        await until_quiet(activity, 1.0)
+        assert trio.current_time() == pytest.approx(t0 + 0.5)  # both runs over
+        assert done.is_set()
+
+    activity.started()  # a run that does not end: the wait is bounded
+    t1 = trio.current_time()
+    await until_quiet(activity, 1.0)
+    assert trio.current_time() == pytest.approx(t1 + 1.0)
