@@ -46,6 +46,8 @@ def build(
     turn: TurnRecord | None = None,
     system_prompt: str = SYSTEM,
     mode: agent.AgentMode = agent.AgentMode.AGENT,
+    root_of: Callable[[Message], Blob] = root_blob,
+    roots: RootList | None = None,
 ) -> Checkpoint:
     return build_checkpoint(
         system_prompt=system_prompt,
@@ -55,6 +57,8 @@ def build(
         turn=turn,
         token_details=DETAILS,
         mode=mode,
+        root_of=root_of,
+        roots=roots,
     )
 
 
@@ -368,15 +372,7 @@ def held_by(acked: set[bytes]) -> Callable[[Message], Blob]:
 def checkpoint_with(
     stable: Sequence[Message], root_of: Callable[[Message], Blob], roots: RootList | None
 ) -> Checkpoint:
-    return build_checkpoint(
-        system_prompt=SYSTEM,
-        stable=stable,
-        turn=None,
-        token_details=DETAILS,
-        mode=agent.AgentMode.AGENT,
-        root_of=root_of,
-        roots=roots,
-    )
+    return build(stable=stable, root_of=root_of, roots=roots)
 
 
 def test_a_root_list_asks_only_for_the_roots_of_what_is_new() -> None:
