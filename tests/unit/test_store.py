@@ -23,7 +23,7 @@ from byok.store import (
     StaleRevision,
     StoreError,
 )
-from byok.store.schema import SCHEMA_VERSION, WAL_AUTOCHECKPOINT_PAGES
+from byok.store.schema import PAGE_SIZE, SCHEMA_VERSION, WAL_AUTOCHECKPOINT_BYTES
 
 
 def user(text: str) -> Message:
@@ -55,9 +55,27 @@ def test_open_sets_pragmas_and_schema_version(store: SQLiteStore, path: Path) ->
     assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
     assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == 5000
-    assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == WAL_AUTOCHECKPOINT_PAGES
+    assert conn.execute("PRAGMA page_size").fetchone()[0] == PAGE_SIZE == 16384
+    assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == WAL_AUTOCHECKPOINT_BYTES // PAGE_SIZE
     assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_a_database_made_with_smaller_pages_keeps_them_and_works(tmp_path: Path) -> None:
+    """Databases created before PAGE_SIZE have SQLite's default 4 KiB pages: WAL mode cannot
+    change that, and nothing needs it changed."""
+    path = tmp_path / "old.sqlite3"
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA page_size=4096")
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.close()
+    with SQLiteStore(path) as s:
+        assert s._conn is not None
+        assert s._conn.execute("PRAGMA page_size").fetchone()[0] == 4096
+        assert s._conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == WAL_AUTOCHECKPOINT_BYTES // 4096
+        s.append("c", 0, [user("x" * 100_000)], 1)
+    with SQLiteStore(path) as s:
+        assert [m.text for m in s.head("c").messages] == ["x" * 100_000]
 
 
 def test_big_appends_stay_in_the_wal_until_a_checkpoint(store: SQLiteStore, path: Path) -> None:
