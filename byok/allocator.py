@@ -12,11 +12,11 @@ The price is that up to ``TRIM_THRESHOLD`` bytes of freed heap stay resident aft
 One arena for every thread (``ARENA_MAX``). glibc gives each thread that allocates its own arena,
 and memory freed into one arena is reused only by allocations from that arena: a history the
 store's worker decoded and the trio thread later dropped left 30 MiB of free pages that the trio
-thread's next allocations could not use, so it faulted in fresh ones. One arena reuses them. Run
-back to back (bench 1 and 4, four pairs), it lowered the growing-conversation TTFT p50 in every
-pair, the commit in both, and the daemon's RSS growth after an idle release of a
-5,000-message conversation from about 25 to 12 MiB. The GIL already serialises nearly all
-allocation, so the shared arena's lock costs nothing measurable.
+thread's next allocations could not use, so it faulted in fresh ones. One arena reuses them. In
+four back-to-back pairs (bench 1 with bench 4 or 3) it lowered the growing-conversation TTFT p50
+in every pair and the commit and concurrency p99 in each pair that ran them; the daemon's
+resident growth after an idle release of a 5,000-message conversation went from about 25 to 12
+MiB. The GIL already serialises nearly all allocation, so the shared arena's lock did not show.
 
 Other platforms' allocators are left alone.
 """
