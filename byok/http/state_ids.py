@@ -104,6 +104,8 @@ def lift(raw: bytes) -> Lifted | None:
 # One-byte keys of the lifted fields as LEN records: the scan's fast path.
 _ROOTS_KEY = _ROOTS << 3 | _LEN
 _TURNS_KEY = _TURNS << 3 | _LEN
+_ID_SIZE = bytes([32])  # a SHA-256 blob id
+_ID_RECORD = 2 + 32  # key, length, id
 
 
 def _lift(raw: bytes) -> Lifted | None:
@@ -121,6 +123,19 @@ def _lift(raw: bytes) -> Lifted | None:
     pos = state_start
     while pos < state_end:
         key = raw[pos]
+        if key in (_ROOTS_KEY, _TURNS_KEY) and raw[pos + 1 : pos + 2] == _ID_SIZE:
+            # A run of ids of one list, each a 34-byte record: found with two strided slices,
+            # split with one comprehension (record by record in Python: 1.4 ms at 5,000 roots).
+            records = (state_end - pos) // _ID_RECORD
+            keys = raw[pos : pos + records * _ID_RECORD : _ID_RECORD]
+            sizes = raw[pos + 1 : pos + records * _ID_RECORD : _ID_RECORD]
+            run = min(len(keys) - len(keys.lstrip(keys[:1])), len(sizes) - len(sizes.lstrip(_ID_SIZE)))
+            if run:
+                end = pos + run * _ID_RECORD
+                ids = [raw[at : at + _ID_RECORD - 2] for at in range(pos + 2, end, _ID_RECORD)]
+                (roots if key == _ROOTS_KEY else turns).extend(ids)
+                pos = end
+                continue
         if key in (_ROOTS_KEY, _TURNS_KEY):
             size = raw[pos + 1] if pos + 1 < state_end else 0x80
             if size < 0x80:  # a one-byte length: every id (32 bytes) takes this path

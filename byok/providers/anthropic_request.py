@@ -20,7 +20,7 @@ from byok.model.request import (
     UserTurn,
 )
 from byok.providers.kinds import ANTHROPIC
-from byok.providers.rendering import SLOT, assemble, cached, dumpb, schema
+from byok.providers.rendering import SLOT, assemble, cached, dumpb, keep_prefix, rendered_prefix, schema
 from byok.providers.replay import saved_list
 
 # The API requires max_tokens. 8192 fits every current model's output limit; configure
@@ -44,9 +44,19 @@ def render_request(req: ModelRequest) -> RenderedRequest:
     Each merged group's message text is cached, keyed by the group's items.
     """
     s = req.settings
-    messages: list[bytes] = []
-    for group in _groups(req.history):
-        messages += cached((ANTHROPIC, group), _render, group)
+    done, messages, size = rendered_prefix(ANTHROPIC, req.history)
+    last: tuple[int, int, int] | None = None  # where the last message starts: its first item,
+    # the messages and bytes before it
+    for start, group in _groups(req.history, done):
+        last = (start, len(messages), size)
+        (text,) = cached((ANTHROPIC, group), _render, group)
+        messages.append(text)
+        size += len(text)
+    if last is not None:
+        # A later item may still join the last message, so what is final ends where it starts;
+        # that a message starts there is known only while the item there is the same one.
+        start, count, kept_size = last
+        keep_prefix(ANTHROPIC, req.history[: start + 1], start, messages[:count], kept_size)
     body: dict[str, Any] = {
         "model": s.upstream_model,
         "max_tokens": s.max_output_tokens if s.max_output_tokens is not None else DEFAULT_MAX_TOKENS,
@@ -66,14 +76,16 @@ def render_request(req: ModelRequest) -> RenderedRequest:
     return assemble(body, "messages", messages, (key for key, _ in s.extra_body))
 
 
-def _groups(history: tuple[HistoryItem, ...]) -> list[tuple[HistoryItem, ...]]:
-    """The history cut into the items of each message: runs of the same role. An assistant
-    turn with no blocks belongs to no message (the API rejects an empty one), so the roles
-    around it merge."""
-    groups: list[tuple[HistoryItem, ...]] = []
+def _groups(history: tuple[HistoryItem, ...], start: int = 0) -> list[tuple[int, tuple[HistoryItem, ...]]]:
+    """The history from ``start`` (where a message starts) cut into the items of each message,
+    with the index of its first item: runs of the same role. An assistant turn with no blocks
+    belongs to no message (the API rejects an empty one), so the roles around it merge."""
+    groups: list[tuple[int, tuple[HistoryItem, ...]]] = []
     run: list[HistoryItem] = []
+    first = start
     role = ""
-    for item in history:
+    for i in range(start, len(history)):
+        item = history[i]
         if isinstance(item, AssistantTurn):
             # Text or calls always give blocks; only a bare turn needs its replay looked at.
             if not item.text and not item.tool_calls and not _assistant_blocks(item):
@@ -82,12 +94,14 @@ def _groups(history: tuple[HistoryItem, ...]) -> list[tuple[HistoryItem, ...]]:
         else:
             item_role = "user"
         if item_role != role and run:
-            groups.append(tuple(run))
+            groups.append((first, tuple(run)))
             run = []
+        if not run:
+            first = i
         role = item_role
         run.append(item)
     if run:
-        groups.append(tuple(run))
+        groups.append((first, tuple(run)))
     return groups
 
 

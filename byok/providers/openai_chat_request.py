@@ -20,7 +20,7 @@ from byok.model.request import (
     UserTurn,
 )
 from byok.providers.kinds import OPENAI_CHAT
-from byok.providers.rendering import SLOT, assemble, cached, dumpb, schema
+from byok.providers.rendering import SLOT, assemble, cached, dumpb, keep_prefix, rendered_prefix, schema
 
 
 def build_request(req: ModelRequest) -> bytes:
@@ -32,13 +32,18 @@ def render_request(req: ModelRequest) -> RenderedRequest:
     (never sorted) so identical requests give identical bytes and a longer history only
     appends to ``messages``."""
     s = req.settings
-    elements: list[bytes] = []
-    if req.system:
+    flag = s.replay_reasoning_on_tool_turns
+    prefix_key = (OPENAI_CHAT, flag, req.system)
+    done, elements, size = rendered_prefix(prefix_key, req.history)
+    if not done and req.system:
         system = {"role": "system", "content": req.system}
         elements += cached((OPENAI_CHAT, "system", req.system), _render, system, False)
-    flag = s.replay_reasoning_on_tool_turns
-    for item in req.history:
-        elements += cached((OPENAI_CHAT, item, flag), _render, item, flag)
+        size += len(elements[-1])
+    for item in req.history[done:]:
+        texts = cached((OPENAI_CHAT, item, flag), _render, item, flag)
+        elements += texts
+        size += len(texts[0])
+    keep_prefix(prefix_key, req.history, len(req.history), elements, size)
     body: dict[str, Any] = {
         "model": s.upstream_model,
         "stream": True,

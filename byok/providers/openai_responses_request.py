@@ -20,7 +20,7 @@ from byok.model.request import (
     UserTurn,
 )
 from byok.providers.kinds import OPENAI_RESPONSES
-from byok.providers.rendering import SLOT, assemble, cached, dumpb, schema
+from byok.providers.rendering import SLOT, assemble, cached, dumpb, keep_prefix, rendered_prefix, schema
 from byok.providers.replay import saved_list
 
 
@@ -33,9 +33,12 @@ def render_request(req: ModelRequest) -> RenderedRequest:
     construction and each history item serializes on its own (cached), so a longer history
     only appends to ``input``."""
     s = req.settings
-    items: list[bytes] = []
-    for item in req.history:
-        items += cached((OPENAI_RESPONSES, item), _render, item)
+    done, items, size = rendered_prefix(OPENAI_RESPONSES, req.history)
+    for item in req.history[done:]:
+        texts = cached((OPENAI_RESPONSES, item), _render, item)
+        items += texts
+        size += sum(map(len, texts))
+    keep_prefix(OPENAI_RESPONSES, req.history, len(req.history), items, size)
     body: dict[str, Any] = {
         "model": s.upstream_model,
         "stream": True,

@@ -99,8 +99,7 @@ async def release_caches(store: AsyncStore) -> None:
         await store.call(SQLiteStore.forget_cached)
     except StoreError as e:
         log.warning("could not drop the store's history cache: %s", e)
-    held = rendering.FRAGMENTS.size
-    rendering.FRAGMENTS.clear()
+    held = rendering.forget_rendered()
     forget_element_digests()
     log.debug("idle: released the caches (%.1f MiB of request fragments)", held / 2**20)
     await tidy(store)

@@ -697,7 +697,7 @@ async def test_5_long_conversation(tmp_path: Path, nursery: trio.Nursery) -> Non
     assert isinstance(body, bytes)
 
     def build_cold() -> bytes:
-        rendering.FRAGMENTS.clear()
+        rendering.forget_rendered()
         return adapter.build_request(request)
 
     build_cold_s, _ = timed(build_cold)
@@ -801,7 +801,7 @@ async def test_5_long_conversation(tmp_path: Path, nursery: trio.Nursery) -> Non
     # In caches shared by all conversations and bounded by bytes: the decoded history (store,
     # DEFAULT_CACHE_BYTES) and the request fragments (rendering.FRAGMENTS); an idle conversation
     # holds those only until newer ones push it out, then its next turn decodes from SQLite.
-    rendering.FRAGMENTS.clear()
+    rendering.forget_rendered()
     tracemalloc.start()
     model_store = SQLiteStore.open_in(data_dir)
     held = model_store.head(LONG_CONV).messages
@@ -822,7 +822,7 @@ async def test_5_long_conversation(tmp_path: Path, nursery: trio.Nursery) -> Non
     # the measurement, it would count against it.
     del held, m
     model_store.forget_cached()
-    rendering.FRAGMENTS.clear()
+    rendering.forget_rendered()
     base = tracemalloc.get_traced_memory()[0]
     held = model_store.head(LONG_CONV).messages
     held_history = project(held)

@@ -69,7 +69,7 @@ def test_evicted_history_reloads_to_identical_request_bytes(tmp_path: Path) -> N
         warm = store.head("c")
         warm_body = body_of(warm.messages)
         store.forget_cached()
-        rendering.FRAGMENTS.clear()
+        rendering.forget_rendered()
         cold = store.head("c")
         assert cold.messages == warm.messages
         assert [m.id for m in cold.messages] == [hashlib.sha256(m.encode()).digest() for m in warm.messages]
@@ -83,7 +83,7 @@ def test_next_request_extends_the_previous_after_eviction(tmp_path: Path) -> Non
         version = fill(store, "c", 10)
         first = body_of(store.head("c").messages)
         store.forget_cached()
-        rendering.FRAGMENTS.clear()
+        rendering.forget_rendered()
         store.append("c", version, [Message(role="user", origin="runtime", text="next")], 2)
         second = body_of(store.head("c").messages)
     prefix = json.dumps(json.loads(first)["messages"], ensure_ascii=False, separators=(",", ":"))[:-1]

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -234,12 +235,12 @@ requests = st.builds(
 @contextmanager
 def fragments(max_bytes: int) -> Iterator[None]:
     saved = rendering.FRAGMENTS.max_bytes
-    rendering.FRAGMENTS.clear()
+    rendering.forget_rendered()
     rendering.FRAGMENTS.max_bytes = max_bytes
     try:
         yield
     finally:
-        rendering.FRAGMENTS.clear()
+        rendering.forget_rendered()
         rendering.FRAGMENTS.max_bytes = saved
 
 
@@ -294,8 +295,6 @@ def test_elements_are_the_spans_a_walk_of_the_body_finds(kind: str, req: ModelRe
 
 
 def attrs_without_render(rec: LlmCallRecord) -> LlmCallRecord:
-    import attrs
-
     return attrs.evolve(rec, rendered=None, model="")
 
 
@@ -436,3 +435,70 @@ def test_the_secret_precheck_skips_text_that_only_mentions_keys() -> None:
     assert _may_hold_secret(dumpb({"x": {"Api-Key": "k"}}))
     assert _may_hold_secret(b'{"api\\u005fkey":"k"}')
     assert _may_hold_secret('{"api_\u212aey":"k"}'.encode())
+
+
+# --- (d) the kept prefix: a render starts from the last render's final prefix ----------------------
+
+# One step of a conversation as renders see it: grow (a turn), cut back (an edit or a resume
+# branching from an earlier point), swap the last item, or another conversation in between.
+steps = st.one_of(
+    st.tuples(st.just("grow"), st.lists(items, min_size=1, max_size=4)),
+    st.tuples(st.just("cut"), st.integers(0, 12)),
+    st.tuples(st.just("swap"), items),
+    st.tuples(st.just("other"), histories),
+)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@settings(max_examples=150, deadline=None)
+@given(
+    start=histories,
+    plan=st.lists(steps, max_size=8),
+    system=st.one_of(st.just(""), texts),
+    flag=st.booleans(),
+    copy=st.booleans(),
+)
+def test_a_render_after_other_renders_is_the_plain_full_render(
+    kind: str, start: tuple[Any, ...], plan: list[tuple[str, Any]], system: str, flag: bool, copy: bool
+) -> None:
+    tools = (ToolSpec("Read", "reads", '{"type":"object"}'),)
+    model_settings = ModelSettings("m", None, flag)
+    history = start
+    for op, arg in plan:
+        if op == "grow":
+            history = history + tuple(arg)
+        elif op == "cut":
+            history = history[:arg]
+        elif op == "swap" and history:
+            history = (*history[:-1], arg)
+        elif op == "other":
+            render(kind, ModelRequest(system, tools, arg, model_settings))
+        if copy:  # equal items that are other objects (a history decoded again)
+            history = tuple(attrs.evolve(i) for i in history)
+        req = ModelRequest(system, tools, history, model_settings)
+        rendered = render(kind, req)
+        assert rendered.body == PLAIN[kind](req)
+        walked = rendering.split_body(rendered.body)
+        assert walked is not None and rendered.elements == walked.elements
+
+
+def test_a_grown_history_looks_up_only_its_new_items() -> None:
+    """The kept prefix is used: a render of a grown history asks the fragment cache only for
+    the items it added (Chat: one lookup per new item, none for the system message)."""
+    user = [UserTurn(f"question {i}") for i in range(50)]
+    req = ModelRequest("sys", (), tuple(user), ModelSettings("m"))
+    render("openai_chat", req)
+    looked_up: list[Any] = []
+    real_get = rendering.FRAGMENTS.get
+
+    def spy(key: Any) -> Any:
+        looked_up.append(key)
+        return real_get(key)
+
+    rendering.FRAGMENTS.get = spy  # type: ignore[method-assign]
+    try:
+        grown = attrs.evolve(req, history=(*user, UserTurn("one more")))
+        assert render("openai_chat", grown).body == PLAIN["openai_chat"](grown)
+    finally:
+        del rendering.FRAGMENTS.get
+    assert [key[1] for key in looked_up] == [UserTurn("one more")]

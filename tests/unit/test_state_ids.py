@@ -26,7 +26,7 @@ def reference(raw: bytes) -> agent.AgentClientMessage | None:
     return msg if name and well_typed(msg) else None
 
 
-ids = st.lists(st.binary(min_size=0, max_size=200), max_size=40)
+ids = st.lists(st.binary(min_size=32, max_size=32) | st.binary(min_size=0, max_size=200), max_size=40)
 
 
 @st.composite
@@ -77,7 +77,8 @@ def _checkpoint(region: bytes, token_details: agent.ConversationTokenDetails | N
 def id_record(draw: st.DrawFn) -> bytes:
     """A root (field 1) or turn (field 8) id record; the length sometimes padded to more bytes
     than it needs, which the scan's one-byte fast path must hand to the general record reader."""
-    payload = draw(st.binary(max_size=200))
+    # Mostly real blob ids (32 bytes: the strided path for runs of roots), some of any size.
+    payload = draw(st.binary(min_size=32, max_size=32) | st.binary(max_size=200))
     size = bytearray(varint(len(payload)))
     pad = draw(st.integers(0, 2))
     if pad:
@@ -135,6 +136,9 @@ _ID = _len_record(_ROOTS, b"r" * 32)
 @example(_checkpoint(b"\x08\x05"))  # a root id sent as a varint
 @example(_checkpoint(_ID + b"\x45" + b"tttt" + _ID))  # a turn id sent as a fixed32, between roots
 @example(_checkpoint(_ID + b"\x09" + b"r" * 8))  # a root id sent as a fixed64
+@example(_checkpoint(_ID * 3 + b"\x0a\x20" + b"r" * 31))  # a run of ids whose last one is cut short
+@example(_checkpoint(_ID * 2 + b"\x0a\x20"))  # ... right after its length
+@example(_checkpoint(_ID * 2 + _len_record(_ROOTS, b"s" * 33) + _ID))  # a longer id inside a run
 def test_mutated_bytes_parse_identically(raw: bytes) -> None:
     """Mutate the checkpoint's id-list region (ConversationStateStructure fields 1 and 8: ids,
     padded lengths, interleaved other fields, mistyped id records, flipped, cut and spliced
