@@ -11,7 +11,15 @@ import platform
 import subprocess
 from typing import Any
 
+from byok.allocator import tune_allocator
 from tests.bench import driver
+
+
+def pytest_configure(config: Any) -> None:
+    # The in-process timings (4, 5, the profiles) run byok's code under the daemon's own malloc
+    # settings (byok serve tunes them at start): with glibc's defaults every multi-megabyte
+    # buffer is a fresh mmap faulted in page by page, which the daemon never pays.
+    tune_allocator()
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any) -> None:
