@@ -973,6 +973,8 @@ async def test_5_long_conversation(tmp_path: Path, nursery: trio.Nursery) -> Non
         (max(rss["turn 1"] + rss["turn 2"]) - rss0) / 2**20,
         "MiB",
         20,
+        note=f"turn 1 (cold) {(max(rss['turn 1']) - rss0) / 2**20:.1f}, "
+        f"turn 2 (warm) {(max(rss['turn 2']) - rss0) / 2**20:.1f} MiB",
     )
     note(
         f"5: {count:,} messages written by SQLiteStore.append, 100 per round ({N_BLOCKS} exchanges: user, "
