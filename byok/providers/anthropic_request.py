@@ -17,10 +17,21 @@ from byok.model.request import (
     ModelRequest,
     RenderedRequest,
     ToolResultTurn,
+    ToolSpec,
     UserTurn,
 )
 from byok.providers.kinds import ANTHROPIC
-from byok.providers.rendering import SLOT, assemble, cached, dumpb, keep_prefix, rendered_prefix, schema
+from byok.providers.rendering import (
+    SLOT,
+    TOOLS_SLOT,
+    assemble,
+    cached,
+    dumpb,
+    keep_prefix,
+    rendered_prefix,
+    schema,
+    tools_json,
+)
 from byok.providers.replay import saved_list
 
 # The API requires max_tokens. 8192 fits every current model's output limit; configure
@@ -66,14 +77,16 @@ def render_request(req: ModelRequest) -> RenderedRequest:
         body["system"] = req.system
     body["messages"] = SLOT
     if req.tools:
-        body["tools"] = [
-            {"name": t.name, "description": t.description, "input_schema": schema(t.parameters_json)}
-            for t in req.tools
-        ]
+        body["tools"] = TOOLS_SLOT
     # Last, so per-provider configuration can add (or deliberately override) anything.
     for key, value in s.extra_body:
         body[key] = value
-    return assemble(body, "messages", messages, (key for key, _ in s.extra_body))
+    tools = tools_json(_tool, req.tools) if req.tools else None
+    return assemble(body, "messages", messages, (key for key, _ in s.extra_body), tools)
+
+
+def _tool(t: ToolSpec) -> dict[str, Any]:
+    return {"name": t.name, "description": t.description, "input_schema": schema(t.parameters_json)}
 
 
 def _groups(history: tuple[HistoryItem, ...], start: int = 0) -> list[tuple[int, tuple[HistoryItem, ...]]]:

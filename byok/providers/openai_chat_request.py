@@ -17,10 +17,21 @@ from byok.model.request import (
     ModelRequest,
     RenderedRequest,
     ToolResultTurn,
+    ToolSpec,
     UserTurn,
 )
 from byok.providers.kinds import OPENAI_CHAT
-from byok.providers.rendering import SLOT, assemble, cached, dumpb, keep_prefix, rendered_prefix, schema
+from byok.providers.rendering import (
+    SLOT,
+    TOOLS_SLOT,
+    assemble,
+    cached,
+    dumpb,
+    keep_prefix,
+    rendered_prefix,
+    schema,
+    tools_json,
+)
 
 
 def build_request(req: ModelRequest) -> bytes:
@@ -51,23 +62,21 @@ def render_request(req: ModelRequest) -> RenderedRequest:
         "messages": SLOT,
     }
     if req.tools:
-        body["tools"] = [
-            {
-                "type": "function",
-                "function": {
-                    "name": t.name,
-                    "description": t.description,
-                    "parameters": schema(t.parameters_json),
-                },
-            }
-            for t in req.tools
-        ]
+        body["tools"] = TOOLS_SLOT
     if s.max_output_tokens is not None:
         body["max_tokens"] = s.max_output_tokens
     # Last, so per-provider configuration can add (or deliberately override) anything.
     for key, value in s.extra_body:
         body[key] = value
-    return assemble(body, "messages", elements, (key for key, _ in s.extra_body))
+    tools = tools_json(_tool, req.tools) if req.tools else None
+    return assemble(body, "messages", elements, (key for key, _ in s.extra_body), tools)
+
+
+def _tool(t: ToolSpec) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {"name": t.name, "description": t.description, "parameters": schema(t.parameters_json)},
+    }
 
 
 def _render(item: HistoryItem | dict[str, Any], replay_on_tool_turns: bool) -> tuple[bytes]:

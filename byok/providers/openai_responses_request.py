@@ -17,10 +17,21 @@ from byok.model.request import (
     ModelRequest,
     RenderedRequest,
     ToolResultTurn,
+    ToolSpec,
     UserTurn,
 )
 from byok.providers.kinds import OPENAI_RESPONSES
-from byok.providers.rendering import SLOT, assemble, cached, dumpb, keep_prefix, rendered_prefix, schema
+from byok.providers.rendering import (
+    SLOT,
+    TOOLS_SLOT,
+    assemble,
+    cached,
+    dumpb,
+    keep_prefix,
+    rendered_prefix,
+    schema,
+    tools_json,
+)
 from byok.providers.replay import saved_list
 
 
@@ -50,23 +61,25 @@ def render_request(req: ModelRequest) -> RenderedRequest:
         body["instructions"] = req.system
     body["input"] = SLOT
     if req.tools:
-        body["tools"] = [
-            {
-                "type": "function",
-                "name": t.name,
-                "description": t.description,
-                "parameters": schema(t.parameters_json),
-                # This API defaults to strict schemas, which reject optional properties.
-                "strict": False,
-            }
-            for t in req.tools
-        ]
+        body["tools"] = TOOLS_SLOT
     if s.max_output_tokens is not None:
         body["max_output_tokens"] = s.max_output_tokens
     # Last, so per-provider configuration can add (or deliberately override) anything.
     for key, value in s.extra_body:
         body[key] = value
-    return assemble(body, "input", items, (key for key, _ in s.extra_body))
+    tools = tools_json(_tool, req.tools) if req.tools else None
+    return assemble(body, "input", items, (key for key, _ in s.extra_body), tools)
+
+
+def _tool(t: ToolSpec) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "name": t.name,
+        "description": t.description,
+        "parameters": schema(t.parameters_json),
+        # This API defaults to strict schemas, which reject optional properties.
+        "strict": False,
+    }
 
 
 def _render(item: HistoryItem) -> list[bytes]:

@@ -24,7 +24,7 @@ from typing import Any
 
 import attrs
 
-from byok.model.request import RenderedRequest
+from byok.model.request import RenderedRequest, ToolSpec
 from byok.providers.fragment_cache import SizedLru
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
@@ -54,6 +54,14 @@ def schema(parameters_json: str) -> Any:
 
 def dumpb(obj: Any) -> bytes:
     return dumps(obj).encode()
+
+
+@functools.lru_cache(maxsize=64)
+def tools_json(shape: Callable[[ToolSpec], Any], tools: tuple[ToolSpec, ...]) -> str:
+    """The JSON text of a request's tools array, each tool as ``shape`` (an adapter's module
+    function) gives it: every request of a mode carries the same tools, ~10 KB of schemas that
+    took most of a short conversation's render to encode again."""
+    return dumps([shape(t) for t in tools])
 
 
 # Cache key -> the texts it renders to. Shared by the three adapters (keys start with the kind).
@@ -123,19 +131,29 @@ def forget_rendered() -> int:
     return held
 
 
-# A placeholder no real value can equal, swapped for the joined element texts.
+# Placeholders no real value can equal, swapped for the joined element texts and for the
+# tools array's cached text.
 SLOT = "\u0000byok-messages-slot\u0000"
 _SLOT_JSON = dumps(SLOT)
+TOOLS_SLOT = "\u0000byok-tools-slot\u0000"
+_TOOLS_SLOT_JSON = dumps(TOOLS_SLOT)
 # Keys the meter reads (see split_body); extra_body touching one of them takes the slow path.
 _METER_KEYS = frozenset({"messages", "input", "system", "instructions"})
 
 
 def assemble(
-    body: dict[str, Any], array_key: str, array: list[bytes], extra_keys: Iterable[str]
+    body: dict[str, Any],
+    array_key: str,
+    array: list[bytes],
+    extra_keys: Iterable[str],
+    tools: str | None = None,
 ) -> RenderedRequest:
     """``body`` (with ``SLOT`` as its ``array_key`` value, extra_body already applied) with
-    ``array`` spliced in. ``extra_keys``: the keys extra_body set."""
+    ``array`` spliced in, and ``tools`` (``tools_json``) where its ``"tools"`` is
+    ``TOOLS_SLOT``. ``extra_keys``: the keys extra_body set."""
     text = dumps(body)
+    if tools is not None and body.get("tools") is TOOLS_SLOT:
+        text = text.replace(_TOOLS_SLOT_JSON, tools, 1)
     at = text.find(_SLOT_JSON) if body.get(array_key) is SLOT else -1
     if at < 0 or _METER_KEYS.intersection(extra_keys):
         # extra_body replaced or added what the meter reads: find the elements in the bytes.

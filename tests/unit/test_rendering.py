@@ -216,6 +216,8 @@ extra_bodies = st.sampled_from(
         (),
         (("temperature", 0.5),),
         (("model", "override"), ("metadata", {"api_key": "sk-1"})),
+        # The tools array replaced: the cached tools text must not be spliced over it.
+        (("tools", [{"type": "function", "name": "x"}]),),
         # What the meter reads, replaced or added: the elements come from a walk of the body.
         (("messages", [{"role": "user", "content": "x"}]),),
         (("system", "other"),),
