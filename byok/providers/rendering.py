@@ -113,13 +113,17 @@ def keep_prefix(
     key: Hashable, match: tuple[Hashable, ...], count: int, texts: list[bytes], size: int
 ) -> None:
     """Remember, for the next render under ``key``, that a history starting with ``match``
-    renders its first ``count`` items to ``texts`` (``size`` bytes). A prefix larger than the
-    fragment cache is not kept: it would pin more than the cache may hold."""
+    renders its first ``count`` items to ``texts`` (``size`` bytes). The kept prefixes together
+    hold no more than the fragment cache may (the oldest go first): their texts stay alive after
+    the cache lets them go."""
     _PREFIXES.pop(key, None)
-    if count and size <= FRAGMENTS.max_bytes:
-        _PREFIXES[key] = _Prefix(match, count, tuple(texts), size)
-        while len(_PREFIXES) > _MAX_PREFIXES:
-            del _PREFIXES[next(iter(_PREFIXES))]
+    if not count or size > FRAGMENTS.max_bytes:
+        return
+    _PREFIXES[key] = _Prefix(match, count, tuple(texts), size)
+    total = sum(kept.size for kept in _PREFIXES.values())
+    while len(_PREFIXES) > _MAX_PREFIXES or total > FRAGMENTS.max_bytes:
+        oldest = next(iter(_PREFIXES))
+        total -= _PREFIXES.pop(oldest).size
 
 
 def forget_rendered() -> int:

@@ -504,3 +504,25 @@ def test_a_grown_history_looks_up_only_its_new_items() -> None:
     finally:
         del rendering.FRAGMENTS.get
     assert [key[1] for key in looked_up] == [UserTurn("one more")]
+
+
+def test_kept_prefixes_hold_no_more_than_the_fragment_cache_may() -> None:
+    """Each adapter key keeps its last render's prefix; together they stay within the fragment
+    cache's budget, the oldest dropped first, and a dropped one only costs the per-item path."""
+    big = tuple(UserTurn("x" * 400 + str(i)) for i in range(10))  # ~4.1 KB of element texts
+    with fragments(10_000):
+        chat = ModelRequest("", (), big, ModelSettings("m"))
+        responses = ModelRequest("", (), big[:9], ModelSettings("m"))
+        render("openai_chat", chat)
+        assert rendering.rendered_prefix(("openai_chat", True, ""), big)[0] == 10
+        render("openai_responses", responses)  # 4.1 + 3.7 KB: both fit
+        assert rendering.rendered_prefix(("openai_chat", True, ""), big)[0] == 10
+        render("anthropic", ModelRequest("", (), big, ModelSettings("m")))  # one message: nothing final
+        other = ModelRequest(
+            "", (), tuple(UserTurn("y" * 400 + str(i)) for i in range(10)), ModelSettings("m", None, False)
+        )
+        render("openai_chat", other)  # a third prefix: the oldest (Chat's first) goes
+        assert rendering.rendered_prefix(("openai_chat", True, ""), big) == (0, [], 0)
+        assert rendering.rendered_prefix("openai_responses", big)[0] == 9
+        for req, kind in ((chat, "openai_chat"), (responses, "openai_responses"), (other, "openai_chat")):
+            assert render(kind, req).body == PLAIN[kind](req)
