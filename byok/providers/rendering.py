@@ -114,16 +114,17 @@ def keep_prefix(
 ) -> None:
     """Remember, for the next render under ``key``, that a history starting with ``match``
     renders its first ``count`` items to ``texts`` (``size`` bytes). The kept prefixes together
-    hold no more than the fragment cache may (the oldest go first): their texts stay alive after
-    the cache lets them go."""
+    hold no more than the fragment cache may (the oldest go first): their texts, and the items'
+    own texts, stay alive after the caches let them go, so each counts twice its size as a
+    fragment does."""
     _PREFIXES.pop(key, None)
-    if not count or size > FRAGMENTS.max_bytes:
+    if not count or 2 * size > FRAGMENTS.max_bytes:
         return
     _PREFIXES[key] = _Prefix(match, count, tuple(texts), size)
-    total = sum(kept.size for kept in _PREFIXES.values())
+    total = sum(2 * kept.size for kept in _PREFIXES.values())
     while len(_PREFIXES) > _MAX_PREFIXES or total > FRAGMENTS.max_bytes:
         oldest = next(iter(_PREFIXES))
-        total -= _PREFIXES.pop(oldest).size
+        total -= 2 * _PREFIXES.pop(oldest).size
 
 
 def forget_rendered() -> int:

@@ -510,12 +510,12 @@ def test_kept_prefixes_hold_no_more_than_the_fragment_cache_may() -> None:
     """Each adapter key keeps its last render's prefix; together they stay within the fragment
     cache's budget, the oldest dropped first, and a dropped one only costs the per-item path."""
     big = tuple(UserTurn("x" * 400 + str(i)) for i in range(10))  # ~4.1 KB of element texts
-    with fragments(10_000):
+    with fragments(20_000):  # counted twice: the items' own texts stay alive too
         chat = ModelRequest("", (), big, ModelSettings("m"))
         responses = ModelRequest("", (), big[:9], ModelSettings("m"))
         render("openai_chat", chat)
         assert rendering.rendered_prefix(("openai_chat", True, ""), big)[0] == 10
-        render("openai_responses", responses)  # 4.1 + 3.7 KB: both fit
+        render("openai_responses", responses)  # 2 x (4.3 + 3.9) KB: both fit
         assert rendering.rendered_prefix(("openai_chat", True, ""), big)[0] == 10
         render("anthropic", ModelRequest("", (), big, ModelSettings("m")))  # one message: nothing final
         other = ModelRequest(
