@@ -23,14 +23,13 @@ from byok.model.request import (
 from byok.providers.kinds import ANTHROPIC
 from byok.providers.rendering import (
     SLOT,
-    TOOLS_SLOT,
     assemble,
     cached,
     dumpb,
     keep_prefix,
+    place_tools,
     rendered_prefix,
     schema,
-    tools_json,
 )
 from byok.providers.replay import saved_list
 
@@ -76,12 +75,10 @@ def render_request(req: ModelRequest) -> RenderedRequest:
     if req.system:
         body["system"] = req.system
     body["messages"] = SLOT
-    if req.tools:
-        body["tools"] = TOOLS_SLOT
+    tools = place_tools(body, _tool, req.tools)
     # Last, so per-provider configuration can add (or deliberately override) anything.
     for key, value in s.extra_body:
         body[key] = value
-    tools = tools_json(_tool, req.tools) if req.tools else None
     return assemble(body, "messages", messages, (key for key, _ in s.extra_body), tools)
 
 

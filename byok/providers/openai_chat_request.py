@@ -21,17 +21,7 @@ from byok.model.request import (
     UserTurn,
 )
 from byok.providers.kinds import OPENAI_CHAT
-from byok.providers.rendering import (
-    SLOT,
-    TOOLS_SLOT,
-    assemble,
-    cached,
-    dumpb,
-    keep_prefix,
-    rendered_prefix,
-    schema,
-    tools_json,
-)
+from byok.providers.rendering import SLOT, assemble, cached, dumpb, item_texts, place_tools, schema
 
 
 def build_request(req: ModelRequest) -> bytes:
@@ -44,31 +34,25 @@ def render_request(req: ModelRequest) -> RenderedRequest:
     appends to ``messages``."""
     s = req.settings
     flag = s.replay_reasoning_on_tool_turns
-    prefix_key = (OPENAI_CHAT, flag, req.system)
-    done, elements, size = rendered_prefix(prefix_key, req.history)
-    if not done and req.system:
-        system = {"role": "system", "content": req.system}
-        elements += cached((OPENAI_CHAT, "system", req.system), _render, system, False)
-        size += len(elements[-1])
-    for item in req.history[done:]:
-        texts = cached((OPENAI_CHAT, item, flag), _render, item, flag)
-        elements += texts
-        size += len(texts[0])
-    keep_prefix(prefix_key, req.history, len(req.history), elements, size)
+    system = {"role": "system", "content": req.system}
+    elements = item_texts(
+        (OPENAI_CHAT, flag, req.system),
+        req.history,
+        lambda item: cached((OPENAI_CHAT, item, flag), _render, item, flag),
+        (lambda: cached((OPENAI_CHAT, "system", req.system), _render, system, False)) if req.system else None,
+    )
     body: dict[str, Any] = {
         "model": s.upstream_model,
         "stream": True,
         "stream_options": {"include_usage": True},
         "messages": SLOT,
     }
-    if req.tools:
-        body["tools"] = TOOLS_SLOT
+    tools = place_tools(body, _tool, req.tools)
     if s.max_output_tokens is not None:
         body["max_tokens"] = s.max_output_tokens
     # Last, so per-provider configuration can add (or deliberately override) anything.
     for key, value in s.extra_body:
         body[key] = value
-    tools = tools_json(_tool, req.tools) if req.tools else None
     return assemble(body, "messages", elements, (key for key, _ in s.extra_body), tools)
 
 

@@ -21,17 +21,7 @@ from byok.model.request import (
     UserTurn,
 )
 from byok.providers.kinds import OPENAI_RESPONSES
-from byok.providers.rendering import (
-    SLOT,
-    TOOLS_SLOT,
-    assemble,
-    cached,
-    dumpb,
-    keep_prefix,
-    rendered_prefix,
-    schema,
-    tools_json,
-)
+from byok.providers.rendering import SLOT, assemble, cached, dumpb, item_texts, place_tools, schema
 from byok.providers.replay import saved_list
 
 
@@ -44,12 +34,9 @@ def render_request(req: ModelRequest) -> RenderedRequest:
     construction and each history item serializes on its own (cached), so a longer history
     only appends to ``input``."""
     s = req.settings
-    done, items, size = rendered_prefix(OPENAI_RESPONSES, req.history)
-    for item in req.history[done:]:
-        texts = cached((OPENAI_RESPONSES, item), _render, item)
-        items += texts
-        size += sum(map(len, texts))
-    keep_prefix(OPENAI_RESPONSES, req.history, len(req.history), items, size)
+    items = item_texts(
+        OPENAI_RESPONSES, req.history, lambda item: cached((OPENAI_RESPONSES, item), _render, item)
+    )
     body: dict[str, Any] = {
         "model": s.upstream_model,
         "stream": True,
@@ -60,14 +47,12 @@ def render_request(req: ModelRequest) -> RenderedRequest:
     if req.system:
         body["instructions"] = req.system
     body["input"] = SLOT
-    if req.tools:
-        body["tools"] = TOOLS_SLOT
+    tools = place_tools(body, _tool, req.tools)
     if s.max_output_tokens is not None:
         body["max_output_tokens"] = s.max_output_tokens
     # Last, so per-provider configuration can add (or deliberately override) anything.
     for key, value in s.extra_body:
         body[key] = value
-    tools = tools_json(_tool, req.tools) if req.tools else None
     return assemble(body, "input", items, (key for key, _ in s.extra_body), tools)
 
 

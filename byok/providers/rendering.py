@@ -127,6 +127,39 @@ def keep_prefix(
         total -= 2 * _PREFIXES.pop(oldest).size
 
 
+def item_texts(
+    prefix_key: Hashable,
+    history: tuple[Hashable, ...],
+    texts_of: Callable[[Any], tuple[bytes, ...]],
+    head: Callable[[], tuple[bytes, ...]] | None = None,
+) -> list[bytes]:
+    """The element texts of an adapter that renders each history item on its own: ``head()``'s
+    (elements before the history's), then ``texts_of(item)`` for each item, starting from what
+    the last render under ``prefix_key`` kept (all of it is final)."""
+    done, texts, size = rendered_prefix(prefix_key, history)
+    if not done and head is not None:
+        first = head()
+        texts += first
+        size += sum(map(len, first))
+    for item in history[done:]:
+        out = texts_of(item)
+        texts += out
+        size += sum(map(len, out))
+    keep_prefix(prefix_key, history, len(history), texts, size)
+    return texts
+
+
+def place_tools(
+    body: dict[str, Any], shape: Callable[[ToolSpec], Any], tools: tuple[ToolSpec, ...]
+) -> str | None:
+    """Mark where ``body``'s tools array goes (at this point of its key order) and return its
+    cached text for ``assemble``; None when there are no tools."""
+    if not tools:
+        return None
+    body["tools"] = TOOLS_SLOT
+    return tools_json(shape, tools)
+
+
 def forget_rendered() -> int:
     """Drop every cached render (fragments and kept prefixes); returns the bytes the fragment
     cache held."""
