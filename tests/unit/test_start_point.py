@@ -60,3 +60,22 @@ async def test_an_import_into_a_conversation_written_meanwhile_is_aborted(tmp_pa
         await start_point._import(store, Blobs(messages), st, 2, 1.0)  # type: ignore[arg-type]
     assert e.value.error.code == "aborted"
     await store.aclose()
+
+
+def test_the_client_checkpoint_teaches_its_ids_from_the_end_back_to_a_known_one() -> None:
+    roots = [bytes([i]) * 32 for i in range(6)]
+    turns = [b"t" * 32, b"u" * 32]
+    state = agent.ConversationStateStructure(root_prompt_messages_json=roots[:4], turns=turns[:1])
+    acked: set[bytes] = set()
+    start_point._remember_client_blobs(acked, state)  # after a restart: all of it
+    assert acked == {*roots[:4], turns[0]}
+    # The next turn's checkpoint has grown at its end: what is new is learned.
+    state = agent.ConversationStateStructure(root_prompt_messages_json=roots, turns=turns)
+    start_point._remember_client_blobs(acked, state)
+    assert acked == {*roots, *turns}
+    # The scan stops at the first id already known: one not learned is at worst SET again.
+    acked.discard(roots[1])
+    start_point._remember_client_blobs(acked, state)
+    assert roots[1] not in acked and len(acked) == len(roots) + len(turns) - 1
+    start_point._remember_client_blobs(acked, None)  # no checkpoint: nothing to learn
+    assert len(acked) == len(roots) + len(turns) - 1
