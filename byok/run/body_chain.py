@@ -39,6 +39,12 @@ def layout_of(body: bytes, shape: RenderedRequest, digests: Sequence[bytes]) -> 
     return BodyLayout(lead, start, tuple(digests[shape.head :]), lengths)
 
 
+def compared_end(layout: BodyLayout) -> int:
+    """Offset just past the array's last element (of the "[" when it has none): the bytes a
+    later call sharing every element shares with this body."""
+    return layout.start + 1 + sum(layout.lengths) + max(len(layout.lengths) - 1, 0)
+
+
 def shared_bytes(previous: BodyLayout, current: BodyLayout) -> int:
     """Bytes both bodies hold from their start: through the last array element they share, or
     through the "[" when they share none. 0 when what precedes the arrays differs."""

@@ -20,8 +20,14 @@ import attrs
 import trio
 
 from byok.run.body_chain import BodyLayout, shared_bytes
-from byok.run.call_meter import compare_prefix, finalize_with_layout, stored_last
-from byok.store import AsyncStore, BodyBase, LlmCallRecord, SQLiteStore, StoreError
+from byok.run.call_meter import (
+    Finalized,
+    compare_prefix,
+    extends_compared,
+    finalize_with_layout,
+    stored_last,
+)
+from byok.store import AsyncStore, BodyBase, ComparedPrefix, LlmCallRecord, SQLiteStore, StoreError
 
 log = logging.getLogger("byok.call_log")
 
@@ -31,6 +37,11 @@ MAX_CONVERSATIONS = 256
 MAX_PENDING = 1024
 # On shutdown the writer stops starting writes after this long.
 DRAIN_TIMEOUT_S = 10.0
+
+
+# What SQLite gives of a conversation's last call after a restart: its compared prefix (the next
+# call is checked against it without reading the body), or its id and whole body.
+_Stored = ComparedPrefix | tuple[int, bytes | None]
 
 
 @attrs.frozen
@@ -150,7 +161,14 @@ class CallLog:
                 stored = await self._stored_previous(batch)
                 # The hashing (and, rarely, a parse) on a thread of its own: the store's one
                 # worker, which every conversation's next store call waits for, only inserts.
-                records, remember = await trio.to_thread.run_sync(self._finalize_batch, batch, stored)
+                finalize = self._finalize_batch
+                records, remember, unproven = await trio.to_thread.run_sync(finalize, batch, stored)
+                if unproven:
+                    # A call that does not hold all of its predecessor's compared prefix (an
+                    # edit, a new system prompt): only the bodies tell what they share.
+                    stored.update(await self.store.call(_last_calls, sorted(unproven), True))
+                    records, remember, unproven = await trio.to_thread.run_sync(finalize, batch, stored)
+                    assert not unproven
                 ids = await self.store.call(SQLiteStore.record_llm_calls, records)
             except trio.Cancelled:
                 # Only raised before the insert ran (a started thread job is never abandoned):
@@ -170,47 +188,56 @@ class CallLog:
             self._processed += len(batch)
             self._wake()
 
-    async def _stored_previous(self, batch: list[LlmCallRecord]) -> dict[str, tuple[int, bytes | None]]:
-        """The last recorded call (id, request body) of each conversation of ``batch`` that is
-        not in memory (after a restart or eviction). Bodies only: walking them is the finalize
-        thread's job."""
+    async def _stored_previous(self, batch: list[LlmCallRecord]) -> dict[str, _Stored]:
+        """What SQLite knows of the last call of each conversation of ``batch`` that is not in
+        memory (after a restart or eviction): its compared prefix, or (older rows) its body.
+        Walking a body is the finalize thread's job."""
         missing = {r.conversation_id for r in batch if r.conversation_id not in self._previous}
         if not missing:
             return {}
-        return await self.store.call(_last_calls, sorted(missing))
+        return await self.store.call(_last_calls, sorted(missing), False)
 
     def _finalize_batch(
-        self, batch: list[LlmCallRecord], stored: dict[str, tuple[int, bytes | None]]
-    ) -> tuple[list[LlmCallRecord], dict[str, tuple[int, _Last]]]:
+        self, batch: list[LlmCallRecord], stored: dict[str, _Stored]
+    ) -> tuple[list[LlmCallRecord], dict[str, tuple[int, _Last]], set[str]]:
         """Finalize thread: each record's derived fields, prefix meter and storage base, and what
-        to remember of each conversation's last record (by its index in the batch) once written.
-        Reads ``_previous`` only: the writer's lock keeps it still."""
+        to remember of each conversation's last record (by its index in the batch) once written;
+        then the conversations whose stored body must be read to compare (none when the third
+        item is empty). Reads ``_previous`` only: the writer's lock keeps it still."""
         records = []
+        unproven: set[str] = set()
         # This batch's own earlier calls are not in SQLite yet, and the LRU may have evicted them.
         in_batch: dict[str, tuple[int, _Last]] = {}
-        for index, rec in enumerate(batch):
-            rec, current, layout = finalize_with_layout(rec)
+        for index, sent in enumerate(batch):
+            done = finalize_with_layout(sent)
+            rec, current, layout = done.record, done.hashes, done.layout
             conversation_id = rec.conversation_id
-            if conversation_id in in_batch:
-                last = in_batch[conversation_id][1]  # no row id yet: not a base
-            elif conversation_id in self._previous:
-                last = self._previous[conversation_id]
-            elif conversation_id in stored:
-                row_id, body = stored[conversation_id]
-                hashes, stored_layout = stored_last(body)
-                last = _Last(hashes, row_id, stored_layout)
+            previous = None if conversation_id in in_batch else stored.get(conversation_id)
+            if conversation_id not in self._previous and isinstance(previous, ComparedPrefix):
+                extends, common, base = _against_prefix(previous, sent.request_body, done)
+                if extends is None and current is not None:
+                    unproven.add(conversation_id)
             else:
-                last = _Last(None)
-            extends, common = compare_prefix(last.hashes, current)
-            base = None
-            if last.record_id is not None and last.layout is not None and layout is not None:
-                shared = shared_bytes(last.layout, layout)
-                base = BodyBase(last.record_id, shared) if shared else None
+                if conversation_id in in_batch:
+                    last = in_batch[conversation_id][1]  # no row id yet: not a base
+                elif conversation_id in self._previous:
+                    last = self._previous[conversation_id]
+                elif previous is not None:
+                    row_id, body = previous
+                    hashes, stored_layout = stored_last(body)
+                    last = _Last(hashes, row_id, stored_layout)
+                else:
+                    last = _Last(None)
+                extends, common = compare_prefix(last.hashes, current)
+                base = None
+                if last.record_id is not None and last.layout is not None and layout is not None:
+                    shared = shared_bytes(last.layout, layout)
+                    base = BodyBase(last.record_id, shared) if shared else None
             records.append(
                 attrs.evolve(rec, prefix_extends=extends, common_prefix_messages=common, body_base=base)
             )
             in_batch[conversation_id] = (index, _Last(current, None, layout))
-        return records, in_batch
+        return records, in_batch, unproven
 
     def _remember(self, conversation_id: str, last: _Last) -> None:
         if last.hashes is None:
@@ -223,11 +250,33 @@ class CallLog:
             self._previous.popitem(last=False)
 
 
-def _last_calls(store: SQLiteStore, conversation_ids: list[str]) -> dict[str, tuple[int, bytes | None]]:
-    """Store worker: the id and request body of each conversation's last recorded call."""
-    out: dict[str, tuple[int, bytes | None]] = {}
+def _against_prefix(
+    previous: ComparedPrefix, sent: bytes | None, done: Finalized
+) -> tuple[bool | None, int | None, BodyBase | None]:
+    """The meter and storage base of a call whose predecessor is known by its compared prefix
+    only. (None, None, None) when this call holds no compared messages (nothing to compare, as
+    compare_prefix says), or when it does not hold all of the previous ones: the caller then
+    reads the previous body."""
+    if done.hashes is None or not extends_compared(sent, done.mark, previous):
+        return None, None, None
+    assert previous.size is not None
+    base = BodyBase(previous.record_id, previous.size) if done.layout is not None else None
+    return True, previous.messages, base
+
+
+def _last_calls(store: SQLiteStore, conversation_ids: list[str], bodies: bool) -> dict[str, _Stored]:
+    """Store worker: each conversation's last recorded call, as its compared prefix when it has
+    one (unless ``bodies``), else as its id and request body."""
+    out: dict[str, _Stored] = {}
     for conversation_id in conversation_ids:
         try:
+            if not bodies:
+                prefix = store.last_llm_call_prefix(conversation_id)
+                if prefix is None:
+                    continue
+                if prefix.sha256 is not None:
+                    out[conversation_id] = prefix
+                    continue
             last = store.last_llm_call(conversation_id)
         except StoreError:
             log.exception("call log: cannot read the last call of %s", conversation_id)

@@ -27,9 +27,9 @@ from byok.model.events import ProviderError
 from byok.model.usage import Usage
 from byok.providers.fragment_cache import SizedLru
 from byok.providers.rendering import split_body
-from byok.run.body_chain import BodyLayout, layout_of
+from byok.run.body_chain import BodyLayout, compared_end, layout_of
 from byok.run.redaction import REDACTED, may_hold_secret, redact_body
-from byok.store import LlmCallRecord
+from byok.store import ComparedPrefix, LlmCallRecord
 
 # Element bytes -> (their SHA-256, whether they may hold a secret key). Keyed by the adapters'
 # cached texts, so a long conversation hashes only its new messages. The finalize threads of
@@ -141,17 +141,27 @@ def finalize_and_hash(rec: LlmCallRecord) -> tuple[LlmCallRecord, tuple[bytes, .
     elements' hashes are memoised, the two whole-body hashes run without the GIL, and only a
     body that may hold a secret key is parsed for redaction. Without one (a body from
     elsewhere) the body is walked once for its elements."""
-    rec, hashes, _ = finalize_with_layout(rec)
-    return rec, hashes
+    done = finalize_with_layout(rec)
+    return done.record, done.hashes
 
 
-def finalize_with_layout(
-    rec: LlmCallRecord,
-) -> tuple[LlmCallRecord, tuple[bytes, ...] | None, BodyLayout | None]:
-    """finalize_and_hash, plus the stored body's layout when a later call may store its own
-    body as a tail of this one (not when redaction changed what is stored)."""
+@attrs.frozen
+class Finalized:
+    record: LlmCallRecord
+    hashes: tuple[bytes, ...] | None  # the prefix meter's, of the elements as sent
+    # The stored body's layout, when a later call may store its own body as a tail of it (not
+    # when redaction changed what is stored).
+    layout: BodyLayout | None
+    # What the meter compares besides the message array's bytes: its elements outside the
+    # array (instructions, system), which a body need not put before the array.
+    mark: bytes = b""
+
+
+def finalize_with_layout(rec: LlmCallRecord) -> Finalized:
+    """finalize_and_hash, plus the stored body's layout and its compared prefix
+    (``LlmCallRecord.compared_*``)."""
     if rec.request_sha256 or rec.request_body is None:
-        return attrs.evolve(rec, rendered=None), message_hashes(rec.request_body), None
+        return Finalized(attrs.evolve(rec, rendered=None), message_hashes(rec.request_body), None)
     body = rec.request_body
     shape = rec.rendered
     ours = shape is not None and shape.body is body
@@ -160,26 +170,62 @@ def finalize_with_layout(
     hashes: tuple[bytes, ...] | None = None
     secret = True
     messages_sha256 = hashlib.sha256(b"[]")  # no message array
+    mark = b""
     if shape is not None and shape.elements is not None and shape.array is not None:
         hashes, secret = element_digests(shape.elements, memo=ours)
+        mark = head_mark(hashes[: shape.head])
         start, end = shape.array
         view = memoryview(body)
         if not secret:  # the elements are checked; the rest of the body is small
             secret = may_hold_secret(bytes(view[:start]) + bytes(view[end:]))
         messages_sha256 = hashlib.sha256(view[start:end])
     stored = redact_body(body) if secret else body
+    layout = None
+    if stored is body and shape is not None and hashes is not None:
+        layout = layout_of(body, shape, hashes)
+    whole = hashlib.sha256()
+    compared: dict[str, object] = {}
+    if layout is not None and hashes is not None:
+        # The whole-body hash passes through the compared prefix: its digest costs nothing more.
+        size = compared_end(layout)
+        whole.update(memoryview(body)[:size])
+        prefix = whole.copy()
+        prefix.update(mark)
+        compared = {
+            "compared_bytes": size,
+            "compared_messages": len(hashes),
+            "compared_sha256": prefix.digest(),
+        }
+        whole.update(memoryview(body)[size:])
+    else:
+        whole.update(body)
     rec = attrs.evolve(
         rec,
         model=rec.model or (shape.model if shape is not None else ""),
         request_body=stored,
-        request_sha256=hashlib.sha256(body).hexdigest(),
+        request_sha256=whole.hexdigest(),
         messages_sha256=messages_sha256.hexdigest(),
         rendered=None,
+        **compared,  # type: ignore[arg-type]
     )
-    layout = None
-    if stored is body and shape is not None and hashes is not None:
-        layout = layout_of(body, shape, hashes)
-    return rec, hashes, layout
+    return Finalized(rec, hashes, layout, mark)
+
+
+def head_mark(head: Sequence[bytes]) -> bytes:
+    return b"head:%d:" % len(head) + b"".join(head)
+
+
+def extends_compared(body: bytes | None, mark: bytes, previous: ComparedPrefix) -> bool:
+    """Whether ``body`` (sent with the meter's ``mark``) holds all of ``previous``'s compared
+    messages, known from its compared prefix alone. Equal bytes through the previous body's
+    last element, then "," or "]", are the same elements at the same places; the mark covers
+    those outside the array. False says nothing: the previous body must then be compared."""
+    size, digest = previous.size, previous.sha256
+    if body is None or size is None or digest is None or body[size : size + 1] not in (b",", b"]"):
+        return False
+    prefix = hashlib.sha256(memoryview(body)[:size])
+    prefix.update(mark)
+    return prefix.digest() == digest
 
 
 def stored_last(body: bytes | None) -> tuple[tuple[bytes, ...] | None, BodyLayout | None]:

@@ -2,7 +2,16 @@
 
 from byok.store.async_store import AsyncStore
 from byok.store.errors import RunExists, StaleRevision, StoreError
-from byok.store.records import BlobEdge, BodyBase, Head, LlmCallRecord, LlmCallStatus, RunRecord, RunStatus
+from byok.store.records import (
+    BlobEdge,
+    BodyBase,
+    ComparedPrefix,
+    Head,
+    LlmCallRecord,
+    LlmCallStatus,
+    RunRecord,
+    RunStatus,
+)
 from byok.store.sqlite_store import DB_FILENAME, SQLiteStore
 
 __all__ = [
@@ -10,6 +19,7 @@ __all__ = [
     "AsyncStore",
     "BlobEdge",
     "BodyBase",
+    "ComparedPrefix",
     "Head",
     "LlmCallRecord",
     "LlmCallStatus",

@@ -49,6 +49,17 @@ class BodyBase:
 
 
 @attrs.frozen
+class ComparedPrefix:
+    """What a later call is checked against instead of a stored body: the row, and the body's
+    compared prefix (LlmCallRecord.compared_*; all None when the row has none)."""
+
+    record_id: int
+    size: int | None
+    messages: int | None
+    sha256: bytes | None
+
+
+@attrs.frozen
 class LlmCallRecord:
     """One provider call (all its attempts), as sent and as it ended. ``request_body`` is already
     redacted by the caller; the hashes are of what was really sent. Timings and counts are those of
@@ -87,6 +98,13 @@ class LlmCallRecord:
     common_prefix_messages: int | None = None
     cache_hit_share: float | None = None
     response_capture: bytes | None = attrs.field(default=None, repr=False)
+    # Schema version 6: the body's first ``compared_bytes`` bytes run through its last compared
+    # message (what precedes the message array, then the array's elements); how many messages
+    # that is, and those bytes' SHA-256. After a restart the next call is checked against them
+    # instead of reading this body back. None when the body is not stored as sent (redacted).
+    compared_bytes: int | None = None
+    compared_messages: int | None = None
+    compared_sha256: bytes | None = attrs.field(default=None, repr=False)
     # Not stored: the render ``request_body`` came from, so the call log hashes the meter's
     # elements without parsing the body. Dropped once the record is finalized.
     rendered: RenderedRequest | None = attrs.field(default=None, repr=False, eq=False)

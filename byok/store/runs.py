@@ -14,6 +14,7 @@ from byok.store.errors import RunExists, StoreError
 from byok.store.records import (
     TERMINAL_RUN_STATUSES,
     BodyBase,
+    ComparedPrefix,
     LlmCallRecord,
     LlmCallStatus,
     RunRecord,
@@ -129,6 +130,10 @@ _LLM_COLUMNS = (
     "common_prefix_messages",
     "cache_hit_share",
     "response_capture",
+    # Schema version 6 (store/call_bodies.py).
+    "compared_bytes",
+    "compared_messages",
+    "compared_sha256",
 )
 # Schema version 4 (store/call_bodies.py): how request_body is stored.
 _BODY_COLUMNS = ("body_base_id", "body_shared_bytes", "body_depth")
@@ -184,6 +189,17 @@ def record_llm_call(conn: sqlite3.Connection, rec: LlmCallRecord) -> int:
 def llm_calls(conn: sqlite3.Connection, request_id: str) -> list[LlmCallRecord]:
     rows = conn.execute(f"{_LLM_SELECT} WHERE request_id = ? ORDER BY id", (request_id,)).fetchall()
     return [_llm_record(conn, row) for row in rows]
+
+
+def last_llm_call_prefix(conn: sqlite3.Connection, conversation_id: str) -> ComparedPrefix | None:
+    """The row id and compared prefix of the conversation's last call, without its body; None
+    when it has no calls. The prefix's fields are None on rows that do not have one."""
+    row = conn.execute(
+        "SELECT id, compared_bytes, compared_messages, compared_sha256 FROM llm_calls"
+        " WHERE conversation_id = ? ORDER BY id DESC LIMIT 1",
+        (conversation_id,),
+    ).fetchone()
+    return None if row is None else ComparedPrefix(*row)
 
 
 def last_llm_call(conn: sqlite3.Connection, conversation_id: str) -> LlmCallRecord | None:

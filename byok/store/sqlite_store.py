@@ -24,7 +24,7 @@ from byok.store import root_ids as _root_ids
 from byok.store import runs as _runs
 from byok.store.errors import StoreError
 from byok.store.history_cache import DEFAULT_CACHE_BYTES, HistoryCache
-from byok.store.records import BlobEdge, Head, LlmCallRecord, RunRecord, RunStatus
+from byok.store.records import BlobEdge, ComparedPrefix, Head, LlmCallRecord, RunRecord, RunStatus
 
 log = logging.getLogger("byok.store")
 
@@ -307,6 +307,11 @@ class SQLiteStore:
         """The conversation's most recently recorded provider call."""
         with self._transaction(write=False) as conn:
             return _runs.last_llm_call(conn, conversation_id)
+
+    def last_llm_call_prefix(self, conversation_id: str) -> ComparedPrefix | None:
+        """The row id and compared prefix of the conversation's last call, without its body."""
+        with self._transaction(write=False) as conn:
+            return _runs.last_llm_call_prefix(conn, conversation_id)
 
     def prefix_stats(self, conversation_id: str | None = None) -> tuple[int, int]:
         """(calls_compared, calls_extending) over one conversation, or all with None."""

@@ -873,9 +873,9 @@ async def test_5_long_conversation(tmp_path: Path, nursery: trio.Nursery) -> Non
     with SQLiteStore.open_in(data_dir) as store:
         store.start_run("long-history", LONG_CONV, "byok-demo", 1_700_000_000_000)
         store.finish_run("long-history", "success", 1_700_000_000_001, root_ids=published)
-        store.record_llm_calls(
-            [LlmCallRecord("long-history", LONG_CONV, "fake", "gpt-test", last_call, "", "", "ok", 0)]
-        )
+        # Finalized as the call log does: with its compared prefix (schema 6).
+        last_record = LlmCallRecord("long-history", LONG_CONV, "fake", "gpt-test", last_call, "", "", "ok", 0)
+        store.record_llm_calls([call_meter.finalize_with_layout(last_record).record])
     del last_call
     rendering.forget_rendered()  # the harness keeps no render caches (thousands of GC-tracked keys)
 

@@ -24,7 +24,8 @@ from byok.providers import rendering
 from byok.providers.adapters import adapter_for
 from byok.run.body_chain import layout_of, shared_bytes
 from byok.run.call_log import CallLog
-from byok.store import AsyncStore, BodyBase, LlmCallRecord, SQLiteStore
+from byok.run.call_meter import Finalized, extends_compared, finalize_with_layout
+from byok.store import AsyncStore, BodyBase, ComparedPrefix, LlmCallRecord, SQLiteStore, call_bodies
 from byok.store.call_bodies import MAX_CHAIN, MIN_SHARED
 
 KINDS = ("openai_chat", "openai_responses", "anthropic")
@@ -125,6 +126,8 @@ def test_version_3_rows_read_as_whole_bodies(tmp_path: Path) -> None:
         (old,) = store.llm_calls("old")
         assert old.request_body == b'{"messages":[]}' and old.body_base is None
         assert view_body(store, old.id) == b'{"messages":[]}'  # type: ignore[arg-type]
+        # No compared prefix (schema 6): the call after it reads this body to compare.
+        assert store.last_llm_call_prefix("c") == ComparedPrefix(old.id, None, None, None)  # type: ignore[arg-type]
 
 
 # --- layouts ------------------------------------------------------------------------------------
@@ -233,3 +236,99 @@ async def test_a_redacted_body_is_stored_whole_and_is_never_a_base(tmp_path: Pat
         rows = [r for n in (2, 3) for r in await store.llm_calls(f"r{n}")]
     assert b"sk-secret" not in (rows[0].request_body or b"")
     assert rows[1].body_base is None  # what is stored of the first is not what was sent
+
+
+def request(kind: str, n: int, request_id: str, system: str = "sys") -> LlmCallRecord:
+    req = ModelRequest(system, (ToolSpec("Read", "reads", "{}"),), history(n), ModelSettings("m"))
+    rendered = adapter_for(kind).render(req)
+    return LlmCallRecord(request_id, "conv", "p", "", rendered.body, "", "", "ok", 0, rendered=rendered)
+
+
+async def _after_restart(
+    data: Path, before: LlmCallRecord, after: LlmCallRecord, *, forget_prefixes: bool
+) -> tuple[LlmCallRecord, int, int]:
+    """``after`` recorded by a call log with no memory, its predecessor ``before`` by another:
+    (its row, the bytes stored for it, how many stored bodies that write read back)."""
+    async with await AsyncStore.open(data) as store:
+        log = CallLog(store)
+        log.submit(before)
+        await log.flush()
+        conn = store._store._conn
+        assert conn is not None
+        if forget_prefixes:  # as rows written before schema 6 are
+            conn.execute("UPDATE llm_calls SET compared_bytes = NULL, compared_sha256 = NULL")
+        reads = 0
+        full_body = call_bodies.full_body
+
+        def counted(*args: object) -> bytes | None:
+            nonlocal reads
+            reads += 1
+            return full_body(*args)  # type: ignore[arg-type]
+
+        call_bodies.full_body = counted  # type: ignore[assignment]
+        try:
+            restarted = CallLog(store)
+            restarted.submit(after)
+            await restarted.flush()
+        finally:
+            call_bodies.full_body = full_body  # type: ignore[assignment]
+        (row,) = await store.llm_calls(after.request_id)
+        (stored,) = conn.execute(
+            "SELECT length(request_body) FROM llm_calls WHERE id = ?", (row.id,)
+        ).fetchone()
+        return row, stored, reads
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(
+    ("change", "proven"),
+    [("longer", True), ("same", True), ("shorter", False), ("new system prompt", False)],
+)
+async def test_after_a_restart_the_compared_prefix_stands_for_the_previous_body(
+    kind: str, change: str, proven: bool, tmp_path: Path
+) -> None:
+    """The call after a restart is compared with its predecessor's compared prefix alone when it
+    holds all of it, and with the body read back otherwise; either way the meter and the stored
+    tail are what walking the previous body gives (rows from before schema 6 have no prefix)."""
+    before = request(kind, 4, "r1")
+    after = {
+        "longer": request(kind, 5, "r2"),
+        "same": request(kind, 4, "r2"),
+        "shorter": request(kind, 1, "r2"),
+        "new system prompt": request(kind, 5, "r2", system="other"),
+    }[change]
+    row, stored, reads = await _after_restart(tmp_path / "a", before, after, forget_prefixes=False)
+    walked, walked_stored, walked_reads = await _after_restart(
+        tmp_path / "b", before, after, forget_prefixes=True
+    )
+    assert walked_reads == 1
+    assert reads == (0 if proven else 1)
+    assert (row.prefix_extends, row.common_prefix_messages) == (
+        walked.prefix_extends,
+        walked.common_prefix_messages,
+    )
+    assert row.body_base == walked.body_base and stored == walked_stored
+    assert row.request_body == after.request_body
+    assert row.prefix_extends is proven
+    if proven:
+        assert row.body_base is not None and stored < len(after.request_body or b"") / 3
+
+
+def test_the_compared_prefix_covers_instructions_written_after_the_array() -> None:
+    def finalized(body: bytes) -> Finalized:
+        return finalize_with_layout(LlmCallRecord("r", "c", "p", "", body, "", "", "ok", 0))
+
+    lead = b'{"model":"m","input":[' + b'{"role":"user","content":"%s"},' % (b"x" * MIN_SHARED)
+    previous = finalized(lead + b'{"role":"user","content":"b"}],"instructions":"be brief"}').record
+    assert previous.compared_messages == 3  # instructions, then the two inputs
+    prefix = ComparedPrefix(1, previous.compared_bytes, previous.compared_messages, previous.compared_sha256)
+    for instructions, extends in ((b"be brief", True), (b"be long", False)):
+        body = lead + b'{"role":"user","content":"b"},{"role":"user","content":"c"}],"instructions":"%s"}' % (
+            instructions
+        )
+        assert extends_compared(body, finalized(body).mark, prefix) is extends
+    # Same bytes, but the previous last element continues: not the same elements.
+    body = lead + b'{"role":"user","content":"b"}' + b'x],"instructions":"be brief"}'
+    same_head = finalized(lead + b'{"role":"user","content":"b"}],"instructions":"be brief"}').mark
+    assert extends_compared(body[:-1] + b"}", same_head, prefix) is False
+    assert extends_compared(lead + b'{"role":"user","content":"b"}]}', same_head, prefix) is True
