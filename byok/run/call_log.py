@@ -5,9 +5,10 @@ SQLite); one writer task owned by the daemon finalizes everything queued on a wo
 its own, then writes it in one transaction per batch (the store's one worker does only the
 INSERT). Finalizing fills in what call_meter derives, the prefix meter among it: each call is
 compared with its conversation's previous call, whose per-message hashes live in a bounded LRU
-keyed by conversation; a conversation not in it (after a restart or eviction) is compared with
-its last recorded call in SQLite, whose stored body gives the same hashes (each element's exact
-span).
+keyed by conversation. A conversation not in it (after a restart or eviction) is compared with
+its last recorded call in SQLite: first with that call's compared prefix (schema 6: a call that
+holds all of it extends it, and its body is a tail of that one), else with the stored body,
+walked for the same hashes (each element's exact span).
 """
 
 from __future__ import annotations
