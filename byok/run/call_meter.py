@@ -218,10 +218,13 @@ def head_mark(head: Sequence[bytes]) -> bytes:
 def extends_compared(body: bytes | None, mark: bytes, previous: ComparedPrefix) -> bool:
     """Whether ``body`` (sent with the meter's ``mark``) holds all of ``previous``'s compared
     messages, known from its compared prefix alone. Equal bytes through the previous body's
-    last element, then "," or "]", are the same elements at the same places; the mark covers
-    those outside the array. False says nothing: the previous body must then be compared."""
+    last element, then "," or "]", are the same elements at the same places (through its "[",
+    when it had none, anything may follow); the mark covers those outside the array. False says
+    nothing: the previous body must then be compared."""
     size, digest = previous.size, previous.sha256
-    if body is None or size is None or digest is None or body[size : size + 1] not in (b",", b"]"):
+    if body is None or size is None or digest is None:
+        return False
+    if body[size : size + 1] not in (b",", b"]") and body[size - 1 : size] != b"[":
         return False
     prefix = hashlib.sha256(memoryview(body)[:size])
     prefix.update(mark)

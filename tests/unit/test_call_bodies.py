@@ -24,7 +24,7 @@ from byok.providers import rendering
 from byok.providers.adapters import adapter_for
 from byok.run.body_chain import layout_of, shared_bytes
 from byok.run.call_log import CallLog
-from byok.run.call_meter import Finalized, extends_compared, finalize_with_layout
+from byok.run.call_meter import Finalized, compare_prefix, extends_compared, finalize_with_layout
 from byok.store import AsyncStore, BodyBase, ComparedPrefix, LlmCallRecord, SQLiteStore, call_bodies
 from byok.store.call_bodies import MAX_CHAIN, MIN_SHARED
 
@@ -332,3 +332,38 @@ def test_the_compared_prefix_covers_instructions_written_after_the_array() -> No
     same_head = finalized(lead + b'{"role":"user","content":"b"}],"instructions":"be brief"}').mark
     assert extends_compared(body[:-1] + b"}", same_head, prefix) is False
     assert extends_compared(lead + b'{"role":"user","content":"b"}]}', same_head, prefix) is True
+
+
+heads = st.sampled_from([None, b'"be brief"', b'"be long"'])
+
+
+@settings(max_examples=400, deadline=None)
+@given(common=elements, a=elements, b=elements, head_a=heads, head_b=heads, after=st.booleans())
+def test_the_compared_prefix_never_claims_more_than_the_bodies_share(
+    common: list[bytes],
+    a: list[bytes],
+    b: list[bytes],
+    head_a: bytes | None,
+    head_b: bytes | None,
+    after: bool,
+) -> None:
+    """Whenever the check against a compared prefix says a body extends the previous one, the
+    meter's hashes say so too (the same lead and instructions: it always finds out)."""
+
+    def body(items: list[bytes], head: bytes | None) -> bytes:
+        extra = b"" if head is None else b'"instructions":' + head
+        array = b'"input":[' + b",".join(items) + b"]"
+        fields = [array, extra] if after else [extra, array]
+        return b'{"model":"m",' + b",".join(f for f in fields if f) + b"}"
+
+    first = finalize_with_layout(LlmCallRecord("r", "c", "p", "", body(common + a, head_a), "", "", "ok", 0))
+    second = finalize_with_layout(LlmCallRecord("r", "c", "p", "", body(common + b, head_b), "", "", "ok", 0))
+    rec = first.record
+    assert rec.compared_sha256 is not None and rec.compared_bytes is not None
+    prefix = ComparedPrefix(1, rec.compared_bytes, rec.compared_messages, rec.compared_sha256)
+    extends, common_count = compare_prefix(first.hashes, second.hashes)
+    claimed = extends_compared(second.record.request_body, second.mark, prefix)
+    if claimed:
+        assert extends is True and common_count == rec.compared_messages
+    if head_a == head_b:
+        assert claimed is bool(extends)
