@@ -6,10 +6,12 @@ same ModelRequest, and therefore the same request bytes.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import attrs
 
+from byok.model.body import Body, as_bytes
 from byok.model.messages import ReplayState, ToolCall
 
 
@@ -71,11 +73,17 @@ class RenderedRequest:
     ``head`` leading ones that sit beside the message array (Responses ``instructions``,
     Anthropic ``system``), then the array's (Chat ``messages``, which hold the system message;
     Responses ``input``; Anthropic ``messages``). ``array`` is the byte span of that array in
-    ``body``. Both are None when the body has no message array.
+    ``body``. Both are None when the body has no message array. ``source`` is the body as the
+    render made it: spliced from its pieces by the adapters (sent and recorded as they are),
+    whole when cut from bytes; ``body`` joins it once, for whoever needs one buffer.
     """
 
-    body: bytes = attrs.field(repr=False)
+    source: Body = attrs.field(repr=False)
     model: str
     elements: tuple[bytes, ...] | None = attrs.field(default=None, repr=False, eq=False)
     head: int = 0
     array: tuple[int, int] | None = None
+
+    @functools.cached_property
+    def body(self) -> bytes:
+        return as_bytes(self.source)

@@ -24,6 +24,7 @@ from typing import Any
 
 import attrs
 
+from byok.model.body import SplicedBody
 from byok.model.request import RenderedRequest, ToolSpec
 from byok.providers.fragment_cache import SizedLru
 
@@ -201,17 +202,16 @@ def assemble(
         split = split_body(data)
         return split if split is not None else RenderedRequest(data, _model(body))
     prefix, suffix = (text[:at] + "[").encode(), ("]" + text[at + len(_SLOT_JSON) :]).encode()
-    # One join: the 5.7 MB of a 5,000-message history are copied once, into the body itself.
-    pieces = list(array) or [b""]
-    pieces[0] = prefix + pieces[0]
-    pieces[-1] += suffix
-    data = b",".join(pieces)
+    # Not joined: the 5.7 MB of a 5,000-message history are the cached texts themselves, sent
+    # and hashed piece by piece (model/body.py).
+    items = tuple(array)
+    data = SplicedBody(prefix, items, suffix)
     start, end = len(prefix) - 1, len(data) - len(suffix) + 1
     head_key = "instructions" if array_key == "input" else "system"
     if head_key in body:
         head = cached(("head", body[head_key]), _one, body[head_key])
-        return RenderedRequest(data, _model(body), head + tuple(array), 1, (start, end))
-    return RenderedRequest(data, _model(body), tuple(array), 0, (start, end))
+        return RenderedRequest(data, _model(body), head + items, 1, (start, end))
+    return RenderedRequest(data, _model(body), items, 0, (start, end))
 
 
 def _one(obj: Any) -> tuple[bytes]:

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 import trio
 
+from byok.model.body import Body
 from byok.model.events import ModelEvent, ProviderError, Started
 from byok.providers.http_errors import RETRYABLE_4XX
 from byok.providers.runner import CallStats, Endpoint, StreamParser, stream_call
@@ -26,7 +27,7 @@ OnAttempt = Callable[[int, CallStats, ProviderError | None], Awaitable[None]]
 async def stream_with_retries(
     client: httpx.AsyncClient,
     endpoint: Endpoint,
-    body: bytes,
+    body: Body,
     new_parser: Callable[[], StreamParser],
     on_events: Callable[[list[ModelEvent]], Awaitable[None]],
     *,

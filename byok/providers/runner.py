@@ -7,13 +7,15 @@ connecting, waiting for response headers and reading the body alike.
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol
 
 import attrs
 import httpx
 import trio
 
+from byok.model import body as spliced
+from byok.model.body import Body
 from byok.model.events import (
     ModelEvent,
     ProviderError,
@@ -56,7 +58,7 @@ class CallStats:
 async def stream_call(
     client: httpx.AsyncClient,
     endpoint: Endpoint,
-    body: bytes,
+    body: Body,
     parser: StreamParser,
     on_events: Callable[[list[ModelEvent]], Awaitable[None]],
     clock: Callable[[], float] = trio.current_time,
@@ -75,8 +77,9 @@ async def stream_call(
     stats = CallStats() if stats is None else stats
     start = clock()
     try:
+        content = _content(body)
         async with client.stream(
-            "POST", _url(endpoint.url), content=body, headers=_headers(endpoint)
+            "POST", _url(endpoint.url), content=content, headers=_headers(endpoint, content, len(body))
         ) as resp:
             stats.status = resp.status_code
             stats.ttfb_s = clock() - start
@@ -111,8 +114,30 @@ def _url(url: str) -> httpx.URL:
     return httpx.URL(url)
 
 
+def _content(body: Body) -> bytes | AsyncIterator[bytes]:
+    if isinstance(body, bytes):
+        return body
+    if len(body) <= spliced.CHUNK_BYTES:
+        return bytes(body)  # one write either way; bytes spare httpx an iterator
+
+    async def pieces() -> AsyncIterator[bytes]:
+        for chunk in body.chunks():  # the whole body: whole pieces or joined groups, never views
+            yield bytes(chunk) if isinstance(chunk, memoryview) else chunk
+
+    return pieces()  # a new one per attempt: a retry sends the body again
+
+
+def _headers(
+    endpoint: Endpoint, content: bytes | AsyncIterator[bytes], size: int
+) -> tuple[tuple[str, str], ...]:
+    if isinstance(content, bytes):
+        return _fixed_headers(endpoint)
+    # httpx frames an iterated body as chunked unless told its length; providers expect one.
+    return (*_fixed_headers(endpoint), ("content-length", str(size)))
+
+
 @functools.lru_cache(maxsize=64)
-def _headers(endpoint: Endpoint) -> tuple[tuple[str, str], ...]:
+def _fixed_headers(endpoint: Endpoint) -> tuple[tuple[str, str], ...]:
     headers = list(endpoint.headers)
     present = {k.lower() for k, _ in headers}
     for key, value in (

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import attrs
 
+from byok.model.body import Body, view
 from byok.model.request import RenderedRequest
 
 
@@ -24,7 +25,7 @@ class BodyLayout:
     lengths: tuple[int, ...] = attrs.field(repr=False)
 
 
-def layout_of(body: bytes, shape: RenderedRequest, digests: Sequence[bytes]) -> BodyLayout | None:
+def layout_of(body: Body, shape: RenderedRequest, digests: Sequence[bytes]) -> BodyLayout | None:
     """The layout of ``body``, whose elements (as in ``shape``) hash to ``digests``. None when
     the array is not written compactly (elements joined by exactly ","), since element offsets
     then do not follow from their lengths."""
@@ -35,7 +36,7 @@ def layout_of(body: bytes, shape: RenderedRequest, digests: Sequence[bytes]) -> 
     lengths = tuple(len(e) for e in array)
     if end - start != 2 + sum(lengths) + max(len(array) - 1, 0):
         return None
-    lead = hashlib.sha256(memoryview(body)[:start]).digest()
+    lead = hashlib.sha256(view(body, 0, start)).digest()
     return BodyLayout(lead, start, tuple(digests[shape.head :]), lengths)
 
 

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 import attrs
 import trio
 
+from byok.model.body import Body
 from byok.run.body_chain import BodyLayout, shared_bytes
 from byok.run.call_meter import (
     Finalized,
@@ -252,7 +253,7 @@ class CallLog:
 
 
 def _against_prefix(
-    previous: ComparedPrefix, sent: bytes | None, done: Finalized
+    previous: ComparedPrefix, sent: Body | None, done: Finalized
 ) -> tuple[bool | None, int | None, BodyBase | None]:
     """The meter and storage base of a call whose predecessor is known by its compared prefix
     only. (None, None, None) when this call holds no compared messages (nothing to compare, as

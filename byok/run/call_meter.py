@@ -23,6 +23,7 @@ import httpx
 import trio
 
 from byok.loop.model_call import ModelProtocolError
+from byok.model.body import Body, as_bytes, chunks, view
 from byok.model.events import ProviderError
 from byok.model.usage import Usage
 from byok.providers.fragment_cache import SizedLru
@@ -159,63 +160,85 @@ class Finalized:
 
 def finalize_with_layout(rec: LlmCallRecord) -> Finalized:
     """finalize_and_hash, plus the stored body's layout and its compared prefix
-    (``LlmCallRecord.compared_*``)."""
+    (``LlmCallRecord.compared_*``). A body spliced from the render's pieces stays in pieces:
+    it is hashed in one pass over them, and joined only if it must be redacted."""
     if rec.request_sha256 or rec.request_body is None:
-        return Finalized(attrs.evolve(rec, rendered=None), message_hashes(rec.request_body), None)
+        body_bytes = None if rec.request_body is None else as_bytes(rec.request_body)
+        return Finalized(attrs.evolve(rec, rendered=None), message_hashes(body_bytes), None)
     body = rec.request_body
     shape = rec.rendered
-    ours = shape is not None and shape.body is body
+    ours = shape is not None and (shape.source is body or shape.body is body)
     if not ours:
-        shape = split_body(body)
+        shape = split_body(as_bytes(body))
     hashes: tuple[bytes, ...] | None = None
     secret = True
-    messages_sha256 = hashlib.sha256(b"[]")  # no message array
+    array = None
     mark = b""
     if shape is not None and shape.elements is not None and shape.array is not None:
         hashes, secret = element_digests(shape.elements, memo=ours)
         mark = head_mark(hashes[: shape.head])
-        start, end = shape.array
-        view = memoryview(body)
+        array = start, end = shape.array
         if not secret:  # the elements are checked; the rest of the body is small
-            secret = may_hold_secret(bytes(view[:start]) + bytes(view[end:]))
-        messages_sha256 = hashlib.sha256(view[start:end])
-    stored = redact_body(body) if secret else body
+            secret = may_hold_secret(bytes(view(body, 0, start)) + bytes(view(body, end, len(body))))
+    stored = redact_body(as_bytes(body)) if secret else body
     layout = None
     if stored is body and shape is not None and hashes is not None:
         layout = layout_of(body, shape, hashes)
-    whole = hashlib.sha256()
+    cut = None if layout is None else compared_end(layout)
+    # The whole-body hash passes through the compared prefix: its digest costs nothing more.
+    whole, messages, prefix = _hash_pass(body, array or (0, 0), cut)
     compared: dict[str, object] = {}
-    if layout is not None and hashes is not None:
-        # The whole-body hash passes through the compared prefix: its digest costs nothing more.
-        size = compared_end(layout)
-        whole.update(memoryview(body)[:size])
-        prefix = whole.copy()
+    if prefix is not None and hashes is not None:
         prefix.update(mark)
         compared = {
-            "compared_bytes": size,
+            "compared_bytes": cut,
             "compared_messages": len(hashes),
             "compared_sha256": prefix.digest(),
         }
-        whole.update(memoryview(body)[size:])
-    else:
-        whole.update(body)
     rec = attrs.evolve(
         rec,
         model=rec.model or (shape.model if shape is not None else ""),
         request_body=stored,
         request_sha256=whole.hexdigest(),
-        messages_sha256=messages_sha256.hexdigest(),
+        messages_sha256=(messages if array is not None else hashlib.sha256(b"[]")).hexdigest(),
         rendered=None,
         **compared,  # type: ignore[arg-type]
     )
     return Finalized(rec, hashes, layout, mark)
 
 
+def _hash_pass(
+    body: Body, span: tuple[int, int], cut: int | None
+) -> tuple[hashlib._Hash, hashlib._Hash, hashlib._Hash | None]:
+    """In one pass over ``body``: the SHA-256 of all of it, of its bytes in ``span``, and a copy
+    of the first after ``cut`` bytes (None without a cut)."""
+    whole, part = hashlib.sha256(), hashlib.sha256()
+    at_cut = None
+    a, b = span
+    pos = 0
+    for chunk in chunks(
+        body
+    ):  # spliced: runs of items joined in C; a chunk over 2 KiB hashes without the GIL
+        size = len(chunk)
+        if pos < b and a < pos + size:
+            part.update(
+                chunk if a <= pos and pos + size <= b else memoryview(chunk)[max(a - pos, 0) : b - pos]
+            )
+        if cut is not None and at_cut is None and pos <= cut <= pos + size:
+            whole.update(memoryview(chunk)[: cut - pos])
+            at_cut = whole.copy()
+            whole.update(memoryview(chunk)[cut - pos :])
+        else:
+            whole.update(chunk)
+        pos += size
+    return whole, part, at_cut
+
+
 def head_mark(head: Sequence[bytes]) -> bytes:
     return b"head:%d:" % len(head) + b"".join(head)
 
 
-def extends_compared(body: bytes | None, mark: bytes, previous: ComparedPrefix) -> bool:
+def extends_compared(body: Body | None, mark: bytes, previous: ComparedPrefix) -> bool:
     """Whether ``body`` (sent with the meter's ``mark``) holds all of ``previous``'s compared
     messages, known from its compared prefix alone. Equal bytes through the previous body's
     last element, then "," or "]", are the same elements at the same places (through its "[",
@@ -224,9 +247,11 @@ def extends_compared(body: bytes | None, mark: bytes, previous: ComparedPrefix) 
     size, digest = previous.size, previous.sha256
     if body is None or size is None or digest is None:
         return False
-    if body[size : size + 1] not in (b",", b"]") and body[size - 1 : size] != b"[":
+    if bytes(view(body, size, size + 1)) not in (b",", b"]") and bytes(view(body, size - 1, size)) != b"[":
         return False
-    prefix = hashlib.sha256(memoryview(body)[:size])
+    prefix = hashlib.sha256()
+    for chunk in chunks(body, 0, size):
+        prefix.update(chunk)
     prefix.update(mark)
     return prefix.digest() == digest
 

@@ -64,7 +64,7 @@ async def call_model(ctx: CallContext, request: ModelRequest) -> ModelCallResult
     decided_at = trio.current_time()  # queue time runs from here to the request going out
     decided_ms = ctx.wall_ms()
     rendered = ctx.adapter.render(request)
-    body = rendered.body
+    body = rendered.source
     endpoint = ctx.adapter.endpoint(ctx.base_url, ctx.api_key)
     call = ModelCall(model_call_id=str(uuid.uuid4()))
     streams: dict[str, ArgsStream] = {}
@@ -203,7 +203,7 @@ def _call_record(
         conversation_id=ctx.conversation_id,
         provider_id=ctx.provider_id,
         model=rendered.model,
-        request_body=rendered.body,
+        request_body=rendered.source,
         request_sha256="",
         messages_sha256="",
         status=status,  # type: ignore[arg-type]

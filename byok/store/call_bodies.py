@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import sqlite3
 
+from byok.model.body import Body, as_bytes, view
+
 # Version 4: bodies stored as tails. NULL base: request_body is the whole body (every older row).
 V4: tuple[str, ...] = (
     "ALTER TABLE llm_calls ADD COLUMN body_base_id INTEGER REFERENCES llm_calls(id)",
@@ -47,13 +49,13 @@ MIN_SHARED = 4096
 
 
 def stored_form(
-    conn: sqlite3.Connection, conversation_id: str, body: bytes | None, base_id: int | None, shared: int
+    conn: sqlite3.Connection, conversation_id: str, body: Body | None, base_id: int | None, shared: int
 ) -> tuple[bytes | None, int | None, int | None, int]:
     """(bytes to store, base id, shared bytes, depth) for ``body``, given the caller's claim that
     it starts with ``shared`` bytes of call ``base_id``'s body. The claim is used only when that
     call is of the same conversation and its chain has room; otherwise the body is stored whole."""
     if body is None or base_id is None or not MIN_SHARED <= shared <= len(body):
-        return body, None, None, 0
+        return None if body is None else as_bytes(body), None, None, 0
     # typeof() reads the column's type from the row header; "request_body IS NOT NULL" loaded
     # the whole base body (+4.4 MiB RSS in bench 5 when it was a 5.7 MB body stored whole).
     row = conn.execute(
@@ -61,8 +63,8 @@ def stored_form(
         (base_id,),
     ).fetchone()
     if row is None or row[1] != conversation_id or not row[2] or row[0] + 1 >= MAX_CHAIN:
-        return body, None, None, 0
-    return body[shared:], base_id, shared, row[0] + 1
+        return as_bytes(body), None, None, 0
+    return bytes(view(body, shared, len(body))), base_id, shared, row[0] + 1
 
 
 def full_body(

@@ -6,6 +6,7 @@ from typing import Literal
 
 import attrs
 
+from byok.model.body import Body
 from byok.model.messages import Message
 from byok.model.request import RenderedRequest
 from byok.model.usage import Usage
@@ -72,13 +73,15 @@ class LlmCallRecord:
     ``common_prefix_messages`` counts the leading messages both share; ``cache_hit_share`` is
     cache_read / input tokens (input already includes cached tokens), None when no cache counts
     were reported; ``response_capture`` holds the raw response bytes in detailed mode only.
+    A record read back holds its body as bytes; one on its way to the store may hold the
+    render's pieces (model/body.py), which the store joins only to keep the body whole.
     """
 
     request_id: str
     conversation_id: str
     provider_id: str
     model: str
-    request_body: bytes | None
+    request_body: Body | None
     request_sha256: str
     messages_sha256: str
     status: LlmCallStatus

@@ -14,6 +14,8 @@ import httpx
 import pytest
 import trio
 
+from byok.model import body as body_module
+from byok.model.body import SplicedBody
 from byok.model.events import Done, ModelEvent, ProviderError, Started, TextDelta, ToolCallEnded
 from byok.model.request import ModelRequest, ModelSettings, UserTurn
 from byok.providers.adapters import adapter_for
@@ -237,3 +239,29 @@ async def test_connect_error_is_retried_then_fails(client) -> None:
             on_attempt=rec.on_attempt,
         )
     assert [a[:2] for a in rec.attempts] == [(1, None), (2, None)]
+
+
+async def test_a_spliced_body_goes_out_whole_with_its_length_on_every_attempt(
+    fake, client, autojump_clock, monkeypatch
+) -> None:
+    """The render's body is sent as its pieces (model/body.py), in many writes here: the
+    provider reads one Content-Length body, byte for byte the joined render, on the retry too."""
+    monkeypatch.setattr(body_module, "CHUNK_BYTES", 16)
+    provider, base = fake
+    provider.enqueue(error_script(500, "boom"), chat_text_script(["ok"]))
+    rendered = CHAT.render(REQUEST)
+    assert isinstance(rendered.source, SplicedBody) and len(list(rendered.source.chunks())) > 1
+    rec = Recorder()
+    stats = await stream_with_retries(
+        client,
+        CHAT.endpoint(base, "sk-test"),
+        rendered.source,
+        CHAT.new_parser,
+        rec.on_events,
+        on_attempt=rec.on_attempt,
+    )
+    assert stats.status == 200
+    for sent in provider.requests:
+        assert sent.body == rendered.body == CHAT.build_request(REQUEST)
+        assert sent.headers["content-length"] == str(len(rendered.body))
+        assert "transfer-encoding" not in sent.headers
