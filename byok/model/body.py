@@ -47,15 +47,11 @@ class SplicedBody:
         return b",".join(pieces)
 
     @functools.cached_property
-    def _sums(self) -> list[int]:
-        """Running total of the items' lengths (commas not counted)."""
-        return list(itertools.accumulate(map(len, self.items)))
-
-    @functools.cached_property
     def _ends(self) -> tuple[int, ...]:
-        """Offset just past each item (a "," precedes every item but the first)."""
+        """Offset just past each item (a "," precedes every item but the first), worked out in C."""
         lead = len(self.lead)
-        return tuple(map(operator.add, self._sums, range(lead, lead + len(self.items))))
+        sums = itertools.accumulate(map(len, self.items))
+        return tuple(map(operator.add, sums, range(lead, lead + len(self.items))))
 
     def pieces(self, start: int = 0, stop: int | None = None) -> Iterator[bytes | memoryview]:
         """The body's bytes ``[start:stop)``, in order, without copying any piece."""
