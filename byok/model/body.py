@@ -85,7 +85,7 @@ class SplicedBody:
     def chunks(self, start: int = 0, stop: int | None = None) -> Iterator[bytes | memoryview]:
         """``pieces`` grouped up to CHUNK_BYTES (a larger piece goes alone, uncopied)."""
         if start <= 0 and (stop is None or stop >= self.size):
-            yield from self._whole_chunks()
+            yield from self.whole_chunks()
             return
         group: list[bytes | memoryview] = []
         size = 0
@@ -98,7 +98,7 @@ class SplicedBody:
         if group:
             yield group[0] if len(group) == 1 else b"".join(group)
 
-    def _whole_chunks(self) -> Iterator[bytes]:
+    def whole_chunks(self) -> Iterator[bytes]:
         """The whole body: the lead, runs of items joined in C up to CHUNK_BYTES (the "," between
         two runs on its own), the trail. No Python step per item."""
         yield self.lead

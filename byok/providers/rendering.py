@@ -170,8 +170,8 @@ def forget_rendered() -> int:
     return held
 
 
-# Placeholders no real value can equal, swapped for the joined element texts and for the
-# tools array's cached text.
+# Placeholders no real value can equal, where the element texts and the tools array's cached
+# text go.
 SLOT = "\u0000byok-messages-slot\u0000"
 _SLOT_JSON = dumps(SLOT)
 TOOLS_SLOT = "\u0000byok-tools-slot\u0000"

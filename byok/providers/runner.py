@@ -121,8 +121,8 @@ def _content(body: Body) -> bytes | AsyncIterator[bytes]:
         return bytes(body)  # one write either way; bytes spare httpx an iterator
 
     async def pieces() -> AsyncIterator[bytes]:
-        for chunk in body.chunks():  # the whole body: whole pieces or joined groups, never views
-            yield bytes(chunk) if isinstance(chunk, memoryview) else chunk
+        for chunk in body.whole_chunks():
+            yield chunk
 
     return pieces()  # a new one per attempt: a retry sends the body again
 

@@ -40,10 +40,15 @@ def layout_of(body: Body, shape: RenderedRequest, digests: Sequence[bytes]) -> B
     return BodyLayout(lead, start, tuple(digests[shape.head :]), lengths)
 
 
+def _through(layout: BodyLayout, count: int) -> int:
+    """Offset just past the array's first ``count`` elements (just past its "[" for none)."""
+    return layout.start + 1 + sum(layout.lengths[:count]) + max(count - 1, 0)
+
+
 def compared_end(layout: BodyLayout) -> int:
-    """Offset just past the array's last element (of the "[" when it has none): the bytes a
-    later call sharing every element shares with this body."""
-    return layout.start + 1 + sum(layout.lengths) + max(len(layout.lengths) - 1, 0)
+    """Offset just past the array's last element: the bytes a later call sharing every element
+    shares with this body."""
+    return _through(layout, len(layout.lengths))
 
 
 def shared_bytes(previous: BodyLayout, current: BodyLayout) -> int:
@@ -56,6 +61,4 @@ def shared_bytes(previous: BodyLayout, current: BodyLayout) -> int:
         if a != b:
             break
         common += 1
-    if common == 0:
-        return current.start + 1
-    return current.start + 1 + sum(current.lengths[:common]) + common - 1
+    return _through(current, common)

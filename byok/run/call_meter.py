@@ -216,14 +216,12 @@ def _hash_pass(
     at_cut = None
     a, b = span
     pos = 0
-    for chunk in chunks(
-        body
-    ):  # spliced: runs of items joined in C; a chunk over 2 KiB hashes without the GIL
+    # Spliced: runs of items joined in C. A chunk over 2 KiB is hashed without the GIL.
+    for chunk in chunks(body):
         size = len(chunk)
         if pos < b and a < pos + size:
-            part.update(
-                chunk if a <= pos and pos + size <= b else memoryview(chunk)[max(a - pos, 0) : b - pos]
-            )
+            inside = a <= pos and pos + size <= b
+            part.update(chunk if inside else memoryview(chunk)[max(a - pos, 0) : b - pos])
         if cut is not None and at_cut is None and pos <= cut <= pos + size:
             whole.update(memoryview(chunk)[: cut - pos])
             at_cut = whole.copy()
