@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from byok.config import ModelConfig, Placement
+from byok.cursor import proto_decode
 from byok.pb.agent import v1 as agent
 from byok.pb.aiserver import v1 as aiserver
 
@@ -94,7 +95,7 @@ def _same(x: str) -> str:
 
 def _clone(msg: T) -> T:
     # parse(bytes(...)) keeps unknown fields, which dataclasses.replace would drop.
-    return type(msg).parse(bytes(msg))  # type: ignore[attr-defined, no-any-return]
+    return proto_decode.parse(type(msg), bytes(msg))
 
 
 # --- proto ----------------------------------------------------------------------------

@@ -11,6 +11,7 @@ With a ``WorkspaceExecutor`` it also runs Execs against a real folder, each in i
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -23,6 +24,7 @@ import betterproto2
 import httpx
 import trio
 
+from byok.cursor import proto_decode
 from byok.http.connect_envelope import Frame, FrameDecoder, encode_frame
 from byok.pb.agent import v1 as agent
 from byok.pb.aiserver import v1 as aiserver
@@ -140,7 +142,9 @@ class CursorSim:
         self.exec_delay = exec_delay  # seconds to hold a given exec before running it
         self.on_exec = on_exec  # fault injection: messages to send instead of executing (None: execute)
         # How a frame's payload is decoded; benchmarks swap in one that skips what they don't read.
-        self.parse_frame: Callable[[bytes], agent.AgentServerMessage] = agent.AgentServerMessage.parse
+        self.parse_frame: Callable[[bytes], agent.AgentServerMessage] = functools.partial(
+            proto_decode.parse, agent.AgentServerMessage
+        )
 
     async def append(self, request_id: str, seqno: int, msg: agent.AgentClientMessage) -> httpx.Response:
         req = aiserver.BidiAppendRequest(

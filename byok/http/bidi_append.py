@@ -10,6 +10,7 @@ from typing import Any
 import betterproto2
 
 from byok.config import Config
+from byok.cursor import proto_decode
 from byok.cursor.request import requested_model_id
 from byok.http import state_ids
 from byok.http.asgi import (
@@ -38,7 +39,7 @@ def parse_client_message(raw: bytes) -> agent.AgentClientMessage | None:
     raises on undecodable bytes and on two members of the oneof)."""
     lifted = state_ids.lift(raw)
     try:
-        msg = agent.AgentClientMessage.parse(raw if lifted is None else lifted.rest)
+        msg = proto_decode.parse(agent.AgentClientMessage, raw if lifted is None else lifted.rest)
         name, _ = betterproto2.which_one_of(msg, "message")
     except Exception:
         return None
@@ -89,7 +90,7 @@ class BidiAppends:
             raw = decode_unary_body(
                 body, header(scope, "content-type") or "", header(scope, "content-encoding")
             )
-            req = aiserver.BidiAppendRequest.parse(raw)
+            req = proto_decode.parse(aiserver.BidiAppendRequest, raw)
             if not well_typed(req):
                 raise ValueError("fields of the wrong wire type")
         except Exception as e:

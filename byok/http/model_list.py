@@ -38,6 +38,7 @@ import trio
 
 from byok.config import Config, ModelConfig, Placement
 from byok.cursor import model_catalog as catalog
+from byok.cursor import proto_decode
 from byok.http.asgi import BodyTooLarge, ClientGone, Receive, Scope, Send, header, read_body
 from byok.http.connect_envelope import (
     ConnectError,
@@ -130,7 +131,7 @@ def _merged_body(
 ) -> bytes:
     assert route.merge is not None and route.merge_json is not None
     if media == "application/proto":
-        return bytes(route.merge(route.message.parse(raw), models, placement))
+        return bytes(route.merge(proto_decode.parse(route.message, raw), models, placement))
     if media == "application/json":
         obj = json.loads(raw or b"{}")
         if not isinstance(obj, dict):
@@ -145,7 +146,8 @@ def _merged_body(
             if f.end_stream:
                 out += encode_frame(f.payload, f.flags)
             else:
-                out += encode_frame(bytes(route.merge(route.message.parse(f.payload), models, placement)))
+                merged = route.merge(proto_decode.parse(route.message, f.payload), models, placement)
+                out += encode_frame(bytes(merged))
         return out
     raise _Undecodable(f"content type {media!r}")
 

@@ -12,7 +12,7 @@ from typing import Any
 import trio
 
 from byok.config import Config
-from byok.cursor import encode
+from byok.cursor import encode, proto_decode
 from byok.http.asgi import BodyTooLarge, ClientGone, Receive, Scope, Send, header, read_body
 from byok.http.bidi_append import parse_client_message
 from byok.http.connect_envelope import (
@@ -74,7 +74,7 @@ class RunStreams:
             raw = decode_unary_body(
                 body, header(scope, "content-type") or "", header(scope, "content-encoding")
             )
-            ident = aiserver.BidiRequestId.parse(raw)
+            ident = proto_decode.parse(aiserver.BidiRequestId, raw)
             if not well_typed(ident):
                 raise ValueError("fields of the wrong wire type")
             rid = ident.request_id

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import attrs
 import trio
 
+from byok.cursor import proto_decode
 from byok.cursor.checkpoint import TurnRecord, root_blob
 from byok.cursor.root_json import RootJsonError, decode_root
 from byok.http.connect_envelope import ConnectError
@@ -99,7 +100,7 @@ def group_foreign_rounds(messages: list[Message]) -> list[Message]:
 async def fetch_turn(kv: KvLink, turn_id: bytes, timeout_s: float) -> TurnRecord:
     """The client's copy of an unfinished turn, so a resumed run keeps adding to it."""
     (data,) = await _get_all(kv, [turn_id], timeout_s)
-    structure = agent.ConversationTurnStructure.parse(data).agent_conversation_turn
+    structure = proto_decode.parse(agent.ConversationTurnStructure, data).agent_conversation_turn
     if structure is None:
         raise _fail("failed_precondition", "the client's last turn is not an agent turn")
     parts = await _get_all(kv, [structure.user_message, *structure.steps], timeout_s)
