@@ -41,9 +41,10 @@ def reference(cls: type[betterproto2.Message], data: bytes) -> Any:
 
 
 def same(a: Any, b: Any) -> bool:
-    """Equal values, and equal unknown fields in every message inside them (__eq__ skips those)."""
+    """Equal values, field by field, with unknown fields (Message.__eq__ skips those) and NaN
+    equal to NaN inside lists too (where Message.__eq__ tells two NaNs apart)."""
     if isinstance(a, betterproto2.Message):
-        if type(a) is not type(b) or a != b or a._unknown_fields != b._unknown_fields:
+        if type(a) is not type(b) or a._unknown_fields != b._unknown_fields:
             return False
         return all(same(getattr(a, f), getattr(b, f)) for f in a._betterproto.meta_by_field_name)
     if isinstance(a, list):
