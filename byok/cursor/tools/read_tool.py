@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import attrs
+
 from byok.cursor import encode
 from byok.cursor.tools.base import Invocation, OneShot, ToolDef, ToolOutcome, int32_arg, require_str
 from byok.cursor.tools.exec_results import no_variant, path_of, typed_one_shot, uint32, variant, with_detail
@@ -84,19 +86,13 @@ def _read_success(args: Mapping[str, Any], s: agent.ReadSuccess) -> ToolOutcome:
             f"Cannot read {path}: the client returned the content by blob reference, which byok does not "
             "support; try reading a smaller range with offset and limit.",
         )
-    lines = split_lines(output or "")
-    total = max(s.total_lines, len(lines))
-    start = _start_index(total, args["offset"])
-    if s.range_applied:
-        shown = lines
-    else:
-        end = len(lines) if args["limit"] is None else min(start + args["limit"], len(lines))
-        shown = lines[start:end]
-    first, last = start + 1, start + len(shown)
-    content = _render_read(shown, first, last, total, args["offset"], truncated=s.truncated)
-    windowed = bool(shown) and (first > 1 or last < total)
+    shown = _shown(output or "", s, args["offset"], args["limit"])
+    total = max(s.total_lines, shown.held)
+    first, last = shown.first, shown.last
+    content = _render_read(shown, total, args["offset"], truncated=s.truncated)
+    windowed = shown.count > 0 and (first > 1 or last < total)
     success = agent.ReadToolSuccess(
-        content="\n".join(shown),
+        content=shown.text,
         is_empty=total == 0,
         exceeded_limit=s.truncated,
         total_lines=uint32(total),
@@ -112,17 +108,68 @@ def _read_success(args: Mapping[str, Any], s: agent.ReadSuccess) -> ToolOutcome:
     return ToolOutcome(content, False, card).with_ui_bytes(encode.read_card(read_args, success))
 
 
+@attrs.frozen
+class _Shown:
+    """The lines a Read shows: ``text`` is them joined by "\\n" (the card's content), ``numbered``
+    what the model sees. ``held``: how many lines the client's output holds."""
+
+    text: str
+    numbered: str
+    start: int  # 0-based index of the first line shown
+    count: int
+    held: int
+
+    @property
+    def first(self) -> int:
+        return self.start + 1
+
+    @property
+    def last(self) -> int:
+        return self.start + self.count
+
+
+def _shown(output: str, s: agent.ReadSuccess, offset: int | None, limit: int | None) -> _Shown:
+    if (s.range_applied or (not offset and limit is None)) and (offset or 0) >= 0:
+        # Every line is shown, and where numbering starts does not depend on how many there are.
+        return _every_line(output, _start_index(0, offset))
+    lines = split_lines(output)
+    start = _start_index(max(s.total_lines, len(lines)), offset)
+    if s.range_applied:
+        shown = lines
+    else:
+        end = len(lines) if limit is None else min(start + limit, len(lines))
+        shown = lines[start:end]
+    return _Shown("\n".join(shown), numbered(shown, start + 1), start, len(shown), len(lines))
+
+
+def _every_line(output: str, start: int) -> _Shown:
+    """Every line of ``output``, numbered from ``start + 1``, with no list of all its lines."""
+    if not output:
+        return _Shown("", "", start, 0, 0)
+    text = joined_lines(output)
+    body, count = numbered_text(text, start + 1)
+    return _Shown(text, body, start, count, count)
+
+
 def split_lines(text: str) -> list[str]:
     """Lines as an editor numbers them: only "\\n" breaks lines (str.splitlines would also split on
     form feeds and Unicode separators and shift every later number); a trailing "\\r" is dropped."""
     if not text:
         return []
+    if "\r" in text:  # one replace over the whole text, not a pass over every line
+        return joined_lines(text).split("\n")
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()
-    if "\r" not in text:  # the common case: no per-line pass over a large file
-        return lines
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
+    return lines
+
+
+def joined_lines(text: str) -> str:
+    """``"\\n".join(split_lines(text))`` of a non-empty text, computed on the whole text."""
+    text = text.removesuffix("\n")
+    if "\r" in text:  # a memchr: LF-only text, the common case, takes no other pass
+        text = text.replace("\r\n", "\n").removesuffix("\r")
+    return text
 
 
 def _start_index(total: int, offset: int | None) -> int:
@@ -134,45 +181,66 @@ def _start_index(total: int, offset: int | None) -> int:
     return max(total + offset, 0)
 
 
+# A large text is split and numbered this many characters at a time: one chunk's line strings are
+# freed before the next chunk is split, so pymalloc reuses their memory rather than faulting in
+# fresh arenas (~2.5 us a 4 KiB page) for every line of the file.
+_CHUNK = 128 * 1024
+
+
+def numbered_text(text: str, first: int) -> tuple[str, int]:
+    """``numbered(text.split("\\n"), first)`` and how many lines that is."""
+    parts: list[str] = []
+    count = 0
+    start = 0
+    while True:
+        stop = text.find("\n", start + _CHUNK)
+        lines = text[start : len(text) if stop < 0 else stop].split("\n")
+        parts.append(numbered(lines, first + count))
+        count += len(lines)
+        if stop < 0:
+            return "\n".join(parts), count
+        start = stop + 1
+
+
+# A line's number is "\\n" and its digits but the last two, padded (one string for a hundred
+# lines), then its last two digits and "|" (one of these hundred strings): no string per line.
+_LAST_TWO = tuple(f"{k:02}|" for k in range(100))
+_ONE_DIGIT = tuple(f" {k}|" for k in range(10))  # 1-9 are padded, not zero-filled
+
+
 def numbered(lines: Sequence[str], first: int) -> str:
-    """``"\\n".join(f"{number:>6}|{line}")`` from ``first``, without formatting every line in
-    Python: numbers of one digit count share one padding string, and one join builds the text."""
+    """``"\\n".join(f"{number:>6}|{line}")`` from ``first``, joined from shared pieces (above)."""
     n = len(lines)
-    if n < 64 or first < 1:
+    if n < 10 or first < 1:  # (below ten lines formatting each is as fast)
         return "\n".join(f"{number:>6}|{line}" for number, line in enumerate(lines, start=first))
-    last = first + n - 1
-    pads: list[str] = []
-    k = first
-    while k <= last:  # one run per digit count: 1-9, 10-99, ...
-        digits = len(str(k))
-        end = min(last, 10**digits - 1)
-        pads += ["\n" + " " * (6 - digits)] * (end - k + 1)
-        k = end + 1
-    pads[0] = pads[0][1:]
-    parts: list[str] = [""] * (4 * n)
-    parts[0::4] = pads
-    parts[1::4] = map(str, range(first, last + 1))
-    parts[2::4] = ["|"] * n
-    parts[3::4] = lines
+    skip = first % 100
+    heads: list[str] = []
+    for hundreds in range(first // 100, (first + n - 1) // 100 + 1):
+        heads += [f"\n{hundreds or '':>4}"] * 100
+    parts: list[str] = [""] * (3 * n)
+    parts[0::3] = heads[skip : skip + n]
+    parts[1::3] = (_LAST_TWO * ((skip + n) // 100 + 1))[skip : skip + n]
+    parts[2::3] = lines
+    if first < 10:
+        parts[1 : 3 * (10 - first) : 3] = _ONE_DIGIT[first:]
+    parts[0] = parts[0][1:]
     return "".join(parts)
 
 
-def _render_read(
-    shown: Sequence[str], first: int, last: int, total: int, offset: int | None, *, truncated: bool
-) -> str:
-    if total == 0 and not shown:
+def _render_read(shown: _Shown, total: int, offset: int | None, *, truncated: bool) -> str:
+    if total == 0 and not shown.count:
         return "File is empty."
-    if not shown:
+    if not shown.count:
         past = f"; offset {offset} is past its end" if offset else ""
         return f"No lines to show: the file has {total} lines{past}."
     notes = []
+    first, last = shown.first, shown.last
     if first > 1 or last < total:
         more = f" Continue with offset={last + 1}." if last < total else ""
         notes.append(f"Showing lines {first}-{last} of {total}.{more}")
     if truncated:
         notes.append("The client truncated the content; read the rest with offset and limit.")
-    body = numbered(shown, first)
-    return f"{body}\n\n[{' '.join(notes)}]" if notes else body
+    return f"{shown.numbered}\n\n[{' '.join(notes)}]" if notes else shown.numbered
 
 
 READ = ToolDef(
