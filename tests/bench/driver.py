@@ -24,6 +24,7 @@ from typing import Any
 import attrs
 import betterproto2
 import h11
+import httpcore
 import httpx
 import trio
 
@@ -301,6 +302,19 @@ def _config(root: Path, provider_url: str, idle_release_s: float | None = None) 
         server += f"\nidle_release_s = {idle_release_s}"
     cfg.write_text(cfg.read_text().replace("kv_ack_timeout_s = 5.0", server))
     return cfg, data_dir
+
+
+@contextmanager
+def client_reads(size: int) -> Iterator[None]:
+    """The harness client reads its HTTP/1.1 responses ``size`` bytes at a time (httpcore reads
+    64 KiB; each read costs this Python client a trip through httpcore and h11, which a 2.2 MB
+    frame pays ~35 times). Process-wide while it lasts: only the simulated client reads here."""
+    default = httpcore.AsyncHTTP11Connection.READ_NUM_BYTES
+    httpcore.AsyncHTTP11Connection.READ_NUM_BYTES = size
+    try:
+        yield
+    finally:
+        httpcore.AsyncHTTP11Connection.READ_NUM_BYTES = default
 
 
 def _client() -> httpx.AsyncClient:
