@@ -184,7 +184,8 @@ class RunStreams:
                             batch.append(nxt)
                             size += len(nxt)
                         body = batch[0] if len(batch) == 1 else b"".join(batch)
-                        await send({"type": "http.response.body", "body": body, "more_body": True})
+                        with slot.writing(len(batch)):
+                            await send({"type": "http.response.body", "body": body, "more_body": True})
                         if batch[-1] is slot.end_frame:
                             sent_end = True
                 finally:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 
 import attrs
 import httpx
@@ -30,7 +30,6 @@ from byok.providers.runner import CallStats, StreamParser
 from byok.run.call_log import CallLog
 from byok.run.call_meter import cache_hit_share, error_kind
 from byok.run.crash import crash_point
-from byok.run.slot import let_ready_tasks_run
 from byok.store import AsyncStore, LlmCallRecord
 
 log = logging.getLogger("byok.provider")
@@ -54,6 +53,7 @@ class CallContext:
     store: AsyncStore
     registry: Mapping[str, ToolDef]
     send: Callable[[bytes], None]
+    flushed: Callable[[], Awaitable[None]]  # RunSlot.flushed
     wall_ms: Callable[[], int]
     call_log: CallLog
     max_tries: int = 4
@@ -110,7 +110,7 @@ async def call_model(ctx: CallContext, request: ModelRequest) -> ModelCallResult
             # The call's first visible output: let the stream writer put it on the wire before
             # this task parses the rest of the stream and commits (the time to first token).
             flushed_first = True
-            await let_ready_tasks_run()
+            await ctx.flushed()
 
     trace = _Attempts()
 

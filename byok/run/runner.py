@@ -51,7 +51,7 @@ from byok.run.history import StartFailed
 from byok.run.inbox_pump import pump_inbox
 from byok.run.kv import KvFailure, KvLink
 from byok.run.provider_call import CallContext, ProviderCallFailed, call_model
-from byok.run.slot import RunSlot, let_ready_tasks_run
+from byok.run.slot import RunSlot
 from byok.run.start_point import begin, changed_under_run, ends_with_answer, runtime_message, start_point
 from byok.run.token_details import token_details
 from byok.run.tool_round import ExecRouter, ToolRound
@@ -263,6 +263,7 @@ class Run:
             router=self.router,
             registry=self.deps.tools.registry,
             send=self.slot.send,
+            flushed=self.slot.flushed,
             commit=commit,
             published=published,
             round_id=assistant.tool_round_id,
@@ -277,7 +278,7 @@ class Run:
         await self._put_blobs(settled.blobs)
         self.slot.send(encode.checkpoint(settled.state))
         crash_point("settled_checkpoint_sent")
-        await let_ready_tasks_run()
+        await self.slot.flushed()
         return turn
 
     async def _publish_final(self, turn: TurnRecord) -> None:
@@ -362,6 +363,7 @@ class Run:
             store=self.deps.store,
             registry=self.deps.tools.registry,
             send=self.slot.send,
+            flushed=self.slot.flushed,
             wall_ms=self.deps.wall_ms,
             call_log=self.deps.call_log,
             max_tries=self.deps.config.server.provider_max_tries,

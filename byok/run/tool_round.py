@@ -32,7 +32,6 @@ from byok.cursor.tools.base import (
 )
 from byok.model.messages import Message, ToolCall
 from byok.pb.agent import v1 as agent
-from byok.run.slot import let_ready_tasks_run
 
 log = logging.getLogger("byok.tools")
 
@@ -140,6 +139,7 @@ class ToolRound:
         router: ExecRouter,
         registry: Mapping[str, ToolDef],
         send: Callable[[bytes], None],
+        flushed: Callable[[], Awaitable[None]],
         commit: Callable[[Message], Awaitable[None]],
         published: Callable[[Message, ToolOutcome], None],
         round_id: str,
@@ -148,6 +148,7 @@ class ToolRound:
         self.router = router
         self.registry = registry
         self.send = send
+        self.flushed = flushed  # the frames queued so far are on the wire (RunSlot.flushed)
         self.commit = commit
         self.published = published  # a result is ready: its blobs may go out before its commit
         self.round_id = round_id
@@ -207,7 +208,7 @@ class ToolRound:
             await self.commit(message)
             if call.name in self.registry:
                 self.send(encode.tool_call_completed(call_id, outcome.ui_bytes(), self.model_call_id))
-            await let_ready_tasks_run()
+            await self.flushed()
             completions.append(Completion(call, outcome))
         return completions
 

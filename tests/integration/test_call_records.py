@@ -386,6 +386,7 @@ async def model_caller(
                 store=store,
                 registry={},
                 send=lambda frame: None,
+                flushed=trio.lowlevel.checkpoint,
                 wall_ms=lambda: 1000,
                 call_log=log,
                 retry_base_s=0.05,
