@@ -8,6 +8,7 @@ sequence as ``ReplayState`` (saved by ``anthropic_stream``) and is rebuilt block
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from byok.model.messages import ReplayState, ToolCall
@@ -25,7 +26,7 @@ from byok.providers.rendering import (
     SLOT,
     assemble,
     cached,
-    dumpb,
+    dumpb_spliced,
     keep_prefix,
     place_tools,
     rendered_prefix,
@@ -116,15 +117,20 @@ def _groups(history: tuple[HistoryItem, ...], start: int = 0) -> list[tuple[int,
 
 
 def _render(group: tuple[HistoryItem, ...]) -> tuple[bytes]:
+    return (dumpb_spliced(lambda text: _message(group, text)),)
+
+
+def _message(group: tuple[HistoryItem, ...], text: Callable[[str], str]) -> dict[str, Any]:
+    """The one message of ``group`` (one role), its texts passed through ``text`` (dumpb_spliced)."""
     messages: list[dict[str, Any]] = []
     for item in group:
         if isinstance(item, UserTurn):
-            _append(messages, "user", [{"type": "text", "text": item.text}])
+            _append(messages, "user", [{"type": "text", "text": text(item.text)}])
         elif isinstance(item, ToolResultTurn):
             block: dict[str, Any] = {
                 "type": "tool_result",
                 "tool_use_id": item.call_id,
-                "content": item.content,
+                "content": text(item.content),
             }
             if item.is_error:
                 block["is_error"] = True
@@ -134,7 +140,7 @@ def _render(group: tuple[HistoryItem, ...]) -> tuple[bytes]:
         else:  # pragma: no cover - HistoryItem is closed
             raise TypeError(f"unknown history item {item!r}")
     (message,) = messages  # one role, so one message
-    return (dumpb(message),)
+    return message
 
 
 def _append(messages: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -> None:

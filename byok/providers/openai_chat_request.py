@@ -8,6 +8,7 @@ reasoning ``openai_chat_stream`` saved as its ``ReplayState``.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from byok.model.messages import ReplayState
@@ -21,7 +22,7 @@ from byok.model.request import (
     UserTurn,
 )
 from byok.providers.kinds import OPENAI_CHAT
-from byok.providers.rendering import SLOT, assemble, cached, dumpb, item_texts, place_tools, schema
+from byok.providers.rendering import SLOT, assemble, cached, dumpb_spliced, item_texts, place_tools, schema
 
 
 def build_request(req: ModelRequest) -> bytes:
@@ -64,19 +65,22 @@ def _tool(t: ToolSpec) -> dict[str, Any]:
 
 
 def _render(item: HistoryItem | dict[str, Any], replay_on_tool_turns: bool) -> tuple[bytes]:
-    return (dumpb(_message(item, replay_on_tool_turns)),)
+    return (dumpb_spliced(lambda text: _message(item, replay_on_tool_turns, text)),)
 
 
-def _message(item: HistoryItem | dict[str, Any], replay_on_tool_turns: bool) -> dict[str, Any]:
+def _message(
+    item: HistoryItem | dict[str, Any], replay_on_tool_turns: bool, text: Callable[[str], str] = str
+) -> dict[str, Any]:
+    """The Chat message of ``item``, its texts passed through ``text`` (dumpb_spliced)."""
     if isinstance(item, dict):
         return item  # the system message
     if isinstance(item, UserTurn):
-        return {"role": "user", "content": item.text}
+        return {"role": "user", "content": text(item.text)}
     if isinstance(item, AssistantTurn):
         return _assistant_message(item, replay_on_tool_turns)
     if isinstance(item, ToolResultTurn):
         # Chat has no is_error flag; the content itself says what went wrong.
-        return {"role": "tool", "tool_call_id": item.call_id, "content": item.content}
+        return {"role": "tool", "tool_call_id": item.call_id, "content": text(item.content)}
     raise TypeError(f"unknown history item {item!r}")  # pragma: no cover - HistoryItem is closed
 
 

@@ -8,6 +8,7 @@ order, reconstructed from the turn's ``ReplayState`` (saved by ``openai_response
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from byok.model.messages import ReplayState, ToolCall
@@ -21,7 +22,16 @@ from byok.model.request import (
     UserTurn,
 )
 from byok.providers.kinds import OPENAI_RESPONSES
-from byok.providers.rendering import SLOT, assemble, cached, dumpb, item_texts, place_tools, schema
+from byok.providers.rendering import (
+    SLOT,
+    assemble,
+    cached,
+    dumpb,
+    dumpb_spliced,
+    item_texts,
+    place_tools,
+    schema,
+)
 from byok.providers.replay import saved_list
 
 
@@ -70,13 +80,17 @@ def _tool(t: ToolSpec) -> dict[str, Any]:
 def _render(item: HistoryItem) -> list[bytes]:
     """The ``input`` items of one history item (an assistant turn may give several, or none)."""
     if isinstance(item, UserTurn):
-        return [dumpb({"role": "user", "content": item.text})]
+        return [dumpb_spliced(lambda text: {"role": "user", "content": text(item.text)})]
     if isinstance(item, AssistantTurn):
         return [dumpb(i) for i in _assistant_items(item)]
     if isinstance(item, ToolResultTurn):
         # No is_error flag in this API; the output text itself says what went wrong.
-        return [dumpb({"type": "function_call_output", "call_id": item.call_id, "output": item.content})]
+        return [dumpb_spliced(lambda text: _output(item, text))]
     raise TypeError(f"unknown history item {item!r}")  # pragma: no cover - HistoryItem is closed
+
+
+def _output(item: ToolResultTurn, text: Callable[[str], str]) -> dict[str, Any]:
+    return {"type": "function_call_output", "call_id": item.call_id, "output": text(item.content)}
 
 
 def _assistant_items(turn: AssistantTurn) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ from typing import Any
 import attrs
 
 from byok.model.body import SplicedBody
+from byok.model.messages import SPLICE_MIN, json_string
 from byok.model.request import RenderedRequest, ToolSpec
 from byok.providers.fragment_cache import SizedLru
 
@@ -44,6 +45,52 @@ def dumps(obj: Any) -> str:
     if _C_ENCODER is None or isinstance(obj, str):
         return _ENCODER.encode(obj)  # pragma: no cover - CPython has the C encoder
     return "".join(_C_ENCODER(obj, 0))
+
+
+# A text this long (a Read result, a pasted file) goes through dumps as a hole and is escaped by
+# json_string, at memchr speed, instead of by json's escaper at ~2 ns a character (4.6 against
+# 1.3 ms for a 2.35 MB Read result).
+LARGE_MIN = SPLICE_MIN
+
+
+def _hole(k: int) -> str:
+    return f"\ue000byok-large:{k}\ue001"
+
+
+def _as_is(value: str) -> str:
+    return value
+
+
+def dumpb_spliced(build: Callable[[Callable[[str], str]], Any]) -> bytes:
+    """``dumpb(build(lambda text: text))``. ``build`` makes the object, passing each text that
+    may be large through the function it is given: a large one is serialised as a hole and its
+    JSON (json_string) spliced in. When a hole's JSON is not found exactly once (another value
+    of the object is a hole's text), the object is built again with its texts as they are."""
+    texts: list[str] = []
+
+    def text(value: str) -> str:
+        if len(value) < LARGE_MIN:
+            return value
+        texts.append(value)
+        return _hole(len(texts) - 1)
+
+    out = dumps(build(text))
+    if not texts:
+        return out.encode()
+    spans: list[tuple[int, int, str]] = []
+    for k, value in enumerate(texts):
+        hole = dumps(_hole(k))
+        at = out.find(hole)
+        if at < 0 or out.find(hole, at + 1) >= 0:
+            return dumpb(build(_as_is))
+        spans.append((at, at + len(hole), value))
+    parts: list[bytes] = []
+    done = 0
+    for start, end, value in sorted(spans):
+        parts += (out[done:start].encode(), json_string(value))
+        done = end
+    parts.append(out[done:].encode())
+    return b"".join(parts)
 
 
 @functools.lru_cache(maxsize=256)

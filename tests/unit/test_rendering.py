@@ -163,6 +163,8 @@ PLAIN: dict[str, Callable[[ModelRequest], bytes]] = {
 PIECES = [*'ab \n\t"\\\x00\x1b/\u00e9\u20ac\U0001f600\u212a:{}', "api_key", 'Authorization":']
 texts = st.lists(st.sampled_from(PIECES), max_size=12).map("".join)
 ids = st.sampled_from(["c1", "c2", "toolu_3", "call_4"])
+# A call id that is a hole's text (dumpb_spliced): the element must still come out as itself.
+result_ids = st.one_of(ids, st.just(rendering._hole(0)))
 arguments = st.one_of(
     st.dictionaries(
         st.sampled_from(["path", "q", "api_key", "n"]), st.one_of(texts, st.integers()), max_size=3
@@ -205,10 +207,17 @@ def assistant_turns(draw: st.DrawFn) -> AssistantTurn:
     return AssistantTurn(text, "", draw(replays(text, calls)), tuple(calls))
 
 
+# What a user turn or tool result holds: a short text, one past json_string's replace
+# threshold, or a hole's own text (which must come out as itself).
+contents = st.one_of(
+    texts,
+    texts.filter(bool).map(lambda t: t * (5000 // len(t) + 1)),
+    st.sampled_from([rendering._hole(0), rendering._hole(1)]),
+)
 items = st.one_of(
-    st.builds(UserTurn, texts),
+    st.builds(UserTurn, contents),
     assistant_turns(),
-    st.builds(ToolResultTurn, ids, st.sampled_from(["Read", "Grep"]), texts, st.booleans()),
+    st.builds(ToolResultTurn, result_ids, st.sampled_from(["Read", "Grep"]), contents, st.booleans()),
 )
 histories = st.lists(items, max_size=12).map(tuple)
 extra_bodies = st.sampled_from(
@@ -256,12 +265,19 @@ PROPERTY = settings(max_examples=300, deadline=None, suppress_health_check=[Heal
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("large_min", [rendering.LARGE_MIN, 1], ids=["large", "every-text-spliced"])
 @PROPERTY
 @given(req=requests)
-def test_body_is_the_plain_full_render(kind: str, req: ModelRequest) -> None:
-    expected = PLAIN[kind](req)
-    assert render(kind, req).body == expected
-    assert render(kind, req).body == expected  # from the cache
+def test_body_is_the_plain_full_render(kind: str, large_min: int, req: ModelRequest) -> None:
+    saved = rendering.LARGE_MIN
+    rendering.LARGE_MIN = large_min  # 1: dumpb_spliced splices every text
+    rendering.forget_rendered()
+    try:
+        expected = PLAIN[kind](req)
+        assert render(kind, req).body == expected
+        assert render(kind, req).body == expected  # from the cache
+    finally:
+        rendering.LARGE_MIN = saved
 
 
 @pytest.mark.parametrize("kind", KINDS)
