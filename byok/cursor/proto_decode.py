@@ -33,7 +33,7 @@ _FIXED_64 = frozenset((betterproto2.TYPE_DOUBLE, betterproto2.TYPE_FIXED64, bett
 _MAX_VARINT_BYTES = 10  # betterproto2's limit: a varint needing an 11th byte is an error
 
 
-class _Truncated(Exception):
+class Truncated(ValueError):
     """A varint ran past the end of its message (betterproto2's EOFError)."""
 
 
@@ -43,17 +43,19 @@ def parse(cls: type[M], data: bytes | bytearray | memoryview) -> M:
     buf = bytes(data)
     try:
         return _message(cls, buf, memoryview(buf), 0, len(buf))
-    except _Truncated:
+    except Truncated:
         raise ValueError("varint runs past the end of its message") from None
     except (OverflowError, RecursionError) as e:
         raise ValueError(str(e)) from None
 
 
-def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+def varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    """The varint at ``pos`` in ``buf[:end]`` and the position after it. Raises Truncated when
+    it runs past ``end``, ValueError when it needs more than ten bytes."""
     result = shift = 0
     for _ in range(_MAX_VARINT_BYTES):
         if pos >= end:
-            raise _Truncated
+            raise Truncated
         b = buf[pos]
         pos += 1
         result |= (b & 0x7F) << shift
@@ -87,15 +89,15 @@ def _message(cls: type[M], buf: bytes, view: memoryview, pos: int, end: int) -> 
             pos += 1
         else:
             try:
-                key, pos = _varint(buf, pos, end)
-            except _Truncated:
+                key, pos = varint(buf, pos, end)
+            except Truncated:
                 break  # a tag cut short ends the message, as in betterproto2
         wire = key & 7
         value: Any = None
         if wire == 0:
-            value, pos = _varint(buf, pos, end)
+            value, pos = varint(buf, pos, end)
         elif wire == 2:
-            length, pos = _varint(buf, pos, end)
+            length, pos = varint(buf, pos, end)
             if length > sys.maxsize:  # betterproto2's read(length) raises OverflowError
                 raise ValueError(f"length {length} does not fit an index")
             vend = min(pos + length, end)
@@ -163,6 +165,6 @@ def _packed(msg: Any, fmeta: Any, name: str, buf: bytes, view: memoryview, a: in
             pos += step
         else:
             wire = 0
-            raw, pos = _varint(buf, pos, b)
+            raw, pos = varint(buf, pos, b)
         out.append(msg._postprocess_single(wire, fmeta, name, raw))
     return out

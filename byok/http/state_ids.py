@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import attrs
 
+from byok.cursor import proto_decode
 from byok.cursor.encode import varint
 
 # Field numbers along the path AgentClientMessage.run_request(1) -> AgentRunRequest
@@ -38,17 +39,10 @@ class _Malformed(Exception):
 
 
 def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        if pos >= end or shift > 63:
-            raise _Malformed
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
+    try:
+        return proto_decode.varint(data, pos, end)
+    except ValueError:
+        raise _Malformed from None
 
 
 def _record(data: bytes, pos: int, end: int) -> tuple[int, int, int, int]:

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from byok.cursor import proto_decode
+from byok.cursor.encode import varint
 from byok.pb.agent import v1 as agent
 from byok.pb.aiserver import v1 as aiserver
 
@@ -61,18 +62,6 @@ def check(cls: type[betterproto2.Message], data: bytes) -> None:
         assert want == got, (want, got)
     else:
         assert same(got, want), (got, want)
-
-
-def varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
 
 
 _RIGHT_WIRE = {
