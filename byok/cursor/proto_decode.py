@@ -3,7 +3,7 @@ a fraction of the cost for what Cursor sends byok.
 
 betterproto2 reads every varint a byte at a time from a ``BytesIO`` and copies each
 length-delimited field twice (the read, and the raw bytes it keeps beside it) at every level of
-nesting: a 2.2 MB Read result, four levels deep, was nine copies of its text (1.0 ms warm, 12.9 ms
+nesting: a 2.2 MB Read result, four levels deep, was nine copies of its text (1.0 ms warm, 12.7 ms
 when the heap's pages had been handed back and were faulted in again). Here a field is a pair of
 offsets into the one buffer until its value is made: a string is decoded once from a view, a
 submessage is decoded in place.
