@@ -19,7 +19,11 @@ as read.
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
+import typing
+from collections.abc import Iterable
+from types import ModuleType
 from typing import Any, TypeVar
 
 import betterproto2
@@ -168,3 +172,26 @@ def _packed(msg: Any, fmeta: Any, name: str, buf: bytes, view: memoryview, a: in
             raw, pos = varint(buf, pos, b)
         out.append(msg._postprocess_single(wire, fmeta, name, raw))
     return out
+
+
+def prime(modules: Iterable[ModuleType]) -> int:
+    """Build betterproto2's metadata of every message class in ``modules`` now, and this module's
+    field tables; returns how many classes. betterproto2 builds a class's metadata on its first
+    use and resolves all of the class's type hints once per field: the 729 classes of byok/pb
+    took 282 ms that way (the first run_request alone 47 ms, on its turn's path); with each
+    class's hints resolved once, 45 ms, here, at startup."""
+    count = 0
+    for module in modules:
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if not issubclass(cls, betterproto2.Message) or cls.__module__ != module.__name__:
+                continue
+            if "_betterproto_meta" not in cls.__dict__:
+                hints = typing.get_type_hints(cls, sys.modules[cls.__module__].__dict__, {})
+                cls._type_hints = classmethod(lambda _cls, hints=hints: hints)  # type: ignore[attr-defined]
+                try:
+                    cls._betterproto_meta = betterproto2.ProtoClassMetadata(cls)  # type: ignore[attr-defined]
+                finally:
+                    del cls._type_hints  # type: ignore[attr-defined]
+            _fields(cls)
+            count += 1
+    return count

@@ -5,6 +5,8 @@ each class's own fields, with right and wrong wire types, nesting, truncation an
 from __future__ import annotations
 
 import struct
+import subprocess
+import sys
 from typing import Any
 
 import betterproto2
@@ -163,3 +165,46 @@ def test_a_large_read_result_decodes_equal_and_varints_at_their_limits() -> None
     check(aiserver.BidiAppendRequest, b"\x0a\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01")  # huge length
     with pytest.raises(ValueError):
         proto_decode.parse(aiserver.BidiAppendRequest, b"\x18\xff")  # a value varint cut short
+
+
+_PRIME_CHECK = """
+import dataclasses, sys
+import betterproto2
+from byok.cursor import proto_decode
+from byok.pb.agent import v1 as agent
+from byok.pb.aiserver import v1 as aiserver
+
+def shape(value):
+    if isinstance(value, type) and value.__name__ == "Entry":  # a map's entry class, made per build
+        return [(f.name, f.type, dict(f.metadata)) for f in dataclasses.fields(value)]
+    return value
+
+def shapes(meta):
+    return {k: shape(v) for k, v in meta.cls_by_field.items()}
+
+NAMES = ("field_name_by_number", "meta_by_field_name", "sorted_field_names", "oneof_field_by_group")
+NAMES += ("default_gen",)
+primed = proto_decode.prime([agent, aiserver])
+bad = []
+for module in (agent, aiserver):
+    for cls in vars(module).values():
+        if not (isinstance(cls, type) and issubclass(cls, betterproto2.Message)):
+            continue
+        if cls.__module__ != module.__name__:
+            continue
+        got, want = cls.__dict__["_betterproto_meta"], betterproto2.ProtoClassMetadata(cls)
+        for name in NAMES:
+            if getattr(got, name) != getattr(want, name):
+                bad.append((cls.__name__, name))
+        if shapes(got) != shapes(want):
+            bad.append((cls.__name__, "cls_by_field"))
+print(primed, bad)
+sys.exit(1 if bad or primed < 700 else 0)
+"""
+
+
+def test_prime_builds_the_metadata_betterproto2_builds() -> None:
+    """In a fresh interpreter (this one's classes may have built theirs already): every class's
+    primed metadata equals what betterproto2 builds for it on first use."""
+    done = subprocess.run([sys.executable, "-c", _PRIME_CHECK], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
