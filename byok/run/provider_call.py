@@ -54,7 +54,6 @@ class CallContext:
     registry: Mapping[str, ToolDef]
     send: Callable[[bytes], None]
     flushed: Callable[[], Awaitable[None]]  # RunSlot.flushed
-    first_output: Callable[[], Awaitable[None]]  # after the call's first output is on the wire
     wall_ms: Callable[[], int]
     call_log: CallLog
     max_tries: int = 4
@@ -112,7 +111,6 @@ async def call_model(ctx: CallContext, request: ModelRequest) -> ModelCallResult
             # this task parses the rest of the stream and commits (the time to first token).
             flushed_first = True
             await ctx.flushed()
-            await ctx.first_output()
 
     trace = _Attempts()
 

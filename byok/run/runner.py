@@ -14,7 +14,6 @@ Frame orders (seeds 000 §19, §21, §22.3):
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 import uuid
@@ -105,7 +104,6 @@ class Run:
         self.assets = deps.prompts[self.mode]
         self.tool_specs = deps.tools.specs_by_mode.get(self.mode, ())
         self.head: Head | None = None
-        self._known_offered = False  # _offer_known ran
         self._row = "unwritten"  # "mine": the start point's first store trip wrote it; "foreign":
         # an earlier run owns this request id, so this one writes nothing
         self.prior_turns: tuple[bytes, ...] = ()
@@ -187,7 +185,7 @@ class Run:
             return
         while True:
             crash_point("provider_call_planned")
-            result = await self._call_model(turn)
+            result = await self._call_model()
             self.usage = result.usage if self.usage is None else self.usage + result.usage
             self.details = token_details(
                 result.usage,
@@ -307,7 +305,7 @@ class Run:
         return self.head
 
     def _checkpoint(
-        self, stable: tuple[Message, ...], pending: list[Message], turn: TurnRecord | None
+        self, stable: tuple[Message, ...], pending: list[Message], turn: TurnRecord
     ) -> Checkpoint:
         return build_checkpoint(
             system_prompt=self.assets.system,
@@ -343,21 +341,7 @@ class Run:
         except StaleRevision as e:
             raise RunFailed(changed_under_run(e)) from None
 
-    async def _offer_known(self, turn: TurnRecord) -> None:
-        """Once a call's first output is on the wire: SET what the turn's next checkpoint will
-        reference and is known already (the system prompt's root, the history's new roots, the
-        turn's user message), without waiting. Each SET is a client round trip for its ACK, one
-        after another (Cursor sends an append only after the previous one's answer), and that
-        checkpoint waits for them all before the tools run or the turn ends; these now come back
-        while the model streams. Once per run: later calls find them held."""
-        if self._known_offered:
-            return
-        self._known_offered = True
-        await self._recall_root_ids()
-        known = self._checkpoint(self._current_head().messages, [], None)
-        self.kv.offer([*known.blobs, Blob.of(turn.user_message)])
-
-    async def _call_model(self, turn: TurnRecord) -> ModelCallResult:
+    async def _call_model(self) -> ModelCallResult:
         request = ModelRequest(
             system=self.assets.system,
             tools=self.tool_specs,
@@ -380,7 +364,6 @@ class Run:
             registry=self.deps.tools.registry,
             send=self.slot.send,
             flushed=self.slot.flushed,
-            first_output=functools.partial(self._offer_known, turn),
             wall_ms=self.deps.wall_ms,
             call_log=self.deps.call_log,
             max_tries=self.deps.config.server.provider_max_tries,

@@ -387,7 +387,6 @@ async def model_caller(
                 registry={},
                 send=lambda frame: None,
                 flushed=trio.lowlevel.checkpoint,
-                first_output=trio.lowlevel.checkpoint,
                 wall_ms=lambda: 1000,
                 call_log=log,
                 retry_base_s=0.05,
