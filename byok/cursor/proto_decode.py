@@ -127,7 +127,7 @@ def _message(cls: type[M], buf: bytes, view: memoryview, pos: int, end: int) -> 
                     setattr(msg, name, values)
                 continue
             value = _delimited(fmeta, sub, buf, view, a, b)
-        elif wire != 3 and wire != 4 and wire < 6:
+        elif wire in (0, 1, 5):  # groups and invalid wire types keep None, as in betterproto2
             value = msg._postprocess_single(wire, fmeta, name, value)
         if proto_type == TYPE_MAP:
             if not isinstance(value, betterproto2.Message):  # betterproto2: AttributeError

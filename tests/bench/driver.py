@@ -29,6 +29,7 @@ import httpx
 import trio
 
 from byok.config import load_config
+from byok.cursor import proto_decode
 from byok.daemon import run_daemon
 from byok.devtools.cursor_sim import RUN_SSE, CursorSim
 from byok.http.connect_envelope import FrameDecoder, encode_frame
@@ -121,14 +122,7 @@ class LightTranscript:
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
+    return proto_decode.varint(data, pos, len(data))
 
 
 def is_text_delta(payload: bytes) -> bool:
