@@ -48,9 +48,12 @@ class TurnRecord:
     # step can be megabytes (a Read's card); each is hashed once.
     _step_blobs: dict[int, Blob] = attrs.field(factory=dict, init=False, eq=False, repr=False, hash=False)
 
-    def with_step(self, step: bytes) -> TurnRecord:
+    def with_step(self, step: bytes, blob: Blob | None = None) -> TurnRecord:
+        """``blob``: the step's Blob when it was hashed already (a result's early SET)."""
         turn = attrs.evolve(self, steps=(*self.steps, step))
         turn._step_blobs.update(self._step_blobs)
+        if blob is not None:
+            turn._step_blobs[len(self.steps)] = blob
         return turn
 
     def step_blobs(self) -> list[Blob]:
@@ -59,6 +62,20 @@ class TurnRecord:
             if i not in memo:
                 memo[i] = Blob.of(step)
         return [memo[i] for i in range(len(self.steps))]
+
+    def structure(self) -> Blob:
+        """The turn's own blob: its user message and steps by id (what a checkpoint lists)."""
+        return Blob.of(
+            bytes(
+                agent.ConversationTurnStructure(
+                    agent_conversation_turn=agent.AgentConversationTurnStructure(
+                        user_message=hashlib.sha256(self.user_message).digest(),
+                        steps=[s.id for s in self.step_blobs()],
+                        request_id=self.request_id,
+                    )
+                )
+            )
+        )
 
 
 @attrs.frozen
@@ -108,20 +125,8 @@ def build_checkpoint(
     turns = list(prior_turns)
     turn_id: bytes | None = None
     if turn is not None:
-        user = Blob.of(turn.user_message)
-        steps = turn.step_blobs()
-        structure = Blob.of(
-            bytes(
-                agent.ConversationTurnStructure(
-                    agent_conversation_turn=agent.AgentConversationTurnStructure(
-                        user_message=user.id,
-                        steps=[s.id for s in steps],
-                        request_id=turn.request_id,
-                    )
-                )
-            )
-        )
-        blobs += [user, *steps, structure]
+        structure = turn.structure()
+        blobs += [Blob.of(turn.user_message), *turn.step_blobs(), structure]
         turns.append(structure.id)
         turn_id = structure.id
     rest = agent.ConversationStateStructure(

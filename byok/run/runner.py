@@ -38,7 +38,7 @@ from byok.cursor.request import RunStart
 from byok.cursor.tools.base import ToolDef, ToolOutcome
 from byok.http.connect_envelope import ConnectError, end_stream_error, end_stream_ok
 from byok.loop.model_call import ModelCallResult
-from byok.model.messages import Message
+from byok.model.messages import Message, ToolCall
 from byok.model.projection import project
 from byok.model.request import ModelRequest, ModelSettings, ToolSpec
 from byok.model.usage import Usage
@@ -245,6 +245,12 @@ class Run:
         return await self._execute_round(turn, assistant)
 
     async def _execute_round(self, turn: TurnRecord, assistant: Message) -> TurnRecord:
+        calls = assistant.tool_calls
+        registry = self.deps.tools.registry
+        steps: dict[str, Blob] = {}  # call id -> its step (a known tool's card)
+        published_ids: set[str] = set()
+        settled_turn: list[TurnRecord] = []
+
         async def commit(message: Message) -> None:
             await self._append([message])
             crash_point("tool_result_committed")
@@ -252,27 +258,35 @@ class Run:
         def published(message: Message, outcome: ToolOutcome) -> None:
             # The settled checkpoint will reference this result's root and (for a known tool) its
             # step: SET them now, so their ACKs come back while the result is committed and other
-            # tools run. Blobs are content-addressed: a SET of a result whose commit then fails
-            # leaves the client an unreferenced blob, nothing more.
+            # tools run. With the first result goes the assistant's root (the settled checkpoint
+            # lists it as a root, the staged one held it inline), with the last the turn's
+            # structure: the settled checkpoint then waits for no ACK round trip of its own.
+            # Blobs are content-addressed: a SET of a result whose commit then fails leaves the
+            # client an unreferenced blob, nothing more.
             blobs = [self.memory.root_of(message, with_data=True)]
-            if message.tool_name in self.deps.tools.registry:
-                blobs.append(Blob.of(encode.tool_step(outcome.ui_bytes())))
+            if message.tool_name in registry:
+                step = steps[message.tool_call_id] = Blob.of(encode.tool_step(outcome.ui_bytes()))
+                blobs.append(step)
+            if not published_ids:
+                blobs.append(self.memory.root_of(assistant, with_data=True))
+            published_ids.add(message.tool_call_id)
+            if len(published_ids) == len(calls):
+                settled_turn.append(_round_turn(turn, calls, steps))
+                blobs.append(settled_turn[0].structure())
             self.kv.offer(blobs)
 
-        completions = await ToolRound(
+        await ToolRound(
             router=self.router,
-            registry=self.deps.tools.registry,
+            registry=registry,
             send=self.slot.send,
             flushed=self.slot.flushed,
             commit=commit,
             published=published,
             round_id=assistant.tool_round_id,
             model_call_id=assistant.model_call_id,
-        ).run(assistant.tool_calls)
-        by_call = {c.call.call_id: c for c in completions}
-        for call in assistant.tool_calls:  # the turn's steps keep the model's call order
-            if call.name in self.deps.tools.registry:
-                turn = turn.with_step(encode.tool_step(by_call[call.call_id].outcome.ui_bytes()))
+        ).run(calls)
+        if settled_turn:  # ToolRound.run returns once every call is published
+            turn = settled_turn[0]
         await self._recall_root_ids()
         settled = self._checkpoint(self._current_head().messages, [], turn)
         await self._put_blobs(settled.blobs)
@@ -373,3 +387,13 @@ class Run:
             return await call_model(ctx, request)
         except ProviderCallFailed as e:
             raise RunFailed(e.error) from None
+
+
+def _round_turn(turn: TurnRecord, calls: tuple[ToolCall, ...], steps: dict[str, Blob]) -> TurnRecord:
+    """``turn`` with a finished round's steps, in the model's call order (the results came in
+    completion order); a call without a step (an unknown tool) adds none."""
+    for call in calls:
+        step = steps.get(call.call_id)
+        if step is not None:
+            turn = turn.with_step(step.data, step)
+    return turn

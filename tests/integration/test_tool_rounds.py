@@ -139,6 +139,41 @@ async def test_parallel_calls_answered_out_of_order(env: Env) -> None:
     assert_prefix_property(env.daemon)
 
 
+async def test_settled_checkpoint_waits_for_no_set_after_the_last_card(env: Env) -> None:
+    """The blobs a round's settled checkpoint needs go out with its results: the assistant's root
+    with the first, the turn's structure with the last (before its commit). After the last card
+    the checkpoint follows with no SET (no ACK round trip) in between, its steps in the model's
+    call order, an unknown tool adding none."""
+    (env.root / "a.txt").write_text("A\n")
+    (env.root / "b.txt").write_text("B\n")
+    env.sim.exec_delay = lambda m: 0.3 if m.exec_id == "call_a" else 0.0
+    env.daemon.provider.enqueue(
+        chat_tool_script(
+            [
+                ("call_a", "Read", '{"path":"a.txt"}'),
+                ("call_x", "Teleport", "{}"),
+                ("call_b", "Read", '{"path":"b.txt"}'),
+            ]
+        ),
+        chat_text_script(["done"]),
+    )
+    tr = await env.sim.run("req-early-sets", turn("read both"))
+    assert tr.end_stream == {}
+    kinds = tr.kinds()
+    settled = [i for i, k in enumerate(kinds) if k == "conversation_checkpoint"][1]
+    last_card = max(i for i in range(settled) if kinds[i] == "interaction_update.tool_call_completed")
+    assert [c.call_id for c in completed(tr)] == ["call_b", "call_a"]
+    assert kinds[last_card + 1 : settled] == []
+    assert_round_order(tr, env.daemon, rounds=1)
+    assert_checkpoints_reference_only_acked(tr, env.sim.blobs)
+    state = tr.checkpoints()[1]
+    structure = agent.ConversationTurnStructure.parse(env.sim.blobs[state.turns[-1]]).agent_conversation_turn
+    assert structure is not None
+    steps = [agent.ConversationStep.parse(env.sim.blobs[s]) for s in structure.steps]
+    paths = [s.tool_call.read_tool_call.args.path for s in steps if s.tool_call is not None]
+    assert paths == ["a.txt", "b.txt"]
+
+
 async def test_write_new_file_streams_content(env: Env) -> None:
     content = "line one\nline two\n"
     args = json.dumps({"path": "src/new.py", "contents": content})
