@@ -258,22 +258,24 @@ class Run:
         def published(message: Message, outcome: ToolOutcome) -> None:
             # The settled checkpoint will reference this result's root and (for a known tool) its
             # step: SET them now, so their ACKs come back while the result is committed and other
-            # tools run. With the first result goes the assistant's root (the settled checkpoint
-            # lists it as a root, the staged one held it inline), with the last the turn's
-            # structure: the settled checkpoint then waits for no ACK round trip of its own.
+            # tools run. With the last result goes the turn's structure, so the settled checkpoint
+            # waits for no ACK round trip of its own (the client answers SETs one at a time).
             # Blobs are content-addressed: a SET of a result whose commit then fails leaves the
             # client an unreferenced blob, nothing more.
             blobs = [self.memory.root_of(message, with_data=True)]
             if message.tool_name in registry:
                 step = steps[message.tool_call_id] = Blob.of(encode.tool_step(outcome.ui_bytes()))
                 blobs.append(step)
-            if not published_ids:
-                blobs.append(self.memory.root_of(assistant, with_data=True))
             published_ids.add(message.tool_call_id)
             if len(published_ids) == len(calls):
                 settled_turn.append(_round_turn(turn, calls, steps))
                 blobs.append(settled_turn[0].structure())
             self.kv.offer(blobs)
+
+        def assistant_root_out() -> None:
+            # The settled checkpoint lists the assistant as a root (the staged one held it
+            # inline): its SET and ACK go while the tools run.
+            self.kv.offer([self.memory.root_of(assistant, with_data=True)])
 
         await ToolRound(
             router=self.router,
@@ -282,6 +284,7 @@ class Run:
             flushed=self.slot.flushed,
             commit=commit,
             published=published,
+            dispatched=assistant_root_out,
             round_id=assistant.tool_round_id,
             model_call_id=assistant.model_call_id,
         ).run(calls)

@@ -142,6 +142,7 @@ class ToolRound:
         flushed: Callable[[], Awaitable[None]],
         commit: Callable[[Message], Awaitable[None]],
         published: Callable[[Message, ToolOutcome], None],
+        dispatched: Callable[[], None],
         round_id: str,
         model_call_id: str,
     ) -> None:
@@ -151,6 +152,8 @@ class ToolRound:
         self.flushed = flushed  # the frames queued so far are on the wire (RunSlot.flushed)
         self.commit = commit
         self.published = published  # a result is ready: its blobs may go out before its commit
+        # Every call is out (after its Exec frames, so the client starts the tools first).
+        self.dispatched = dispatched
         self.round_id = round_id
         self.model_call_id = model_call_id
 
@@ -180,6 +183,7 @@ class ToolRound:
             self.send(tool_frames.started(call.call_id, tool.tool_call(tool.ui(args)), self.model_call_id))
             invocation = Invocation(call.call_id, call.name, self.model_call_id, args)
             self.router.begin(call.call_id, self.model_call_id, tool.execute(invocation))
+        self.dispatched()
 
         completions: list[Completion] = []
         seq = 0

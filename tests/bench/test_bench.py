@@ -1281,6 +1281,7 @@ async def test_12_turn_edges(tmp_path: Path, nursery: trio.Nursery) -> None:
     executor = workspace(ws)
     ends: list[float] = []
     dispatch: list[float] = []
+    settles: list[float] = []
     try:
         async with child_daemon(tmp_path / "edges", nursery, sim_kwargs={"executor": executor}) as b:
             b.provider.enqueue(chat_text_script(["warm"]))
@@ -1301,6 +1302,13 @@ async def test_12_turn_edges(tmp_path: Path, nursery: trio.Nursery) -> None:
                 assert tr.end_stream == {}, tr.end_stream
                 first_exec = next(f.at for f in tr.frames if f.kind.startswith("exec_server_message"))
                 dispatch.append(first_exec - b.provider.chunk_times[idx][-1])
+                result = next(
+                    a.sent_at
+                    for a in b.sim.append_log
+                    if a.request_id == f"edges-t{i}" and a.kind == "exec_client_message"
+                )
+                # The fake provider answers as soon as it has read a request.
+                settles.append(b.provider.chunk_times[idx + 1][0] - result)
     finally:
         await executor.aclose()
     report(
@@ -1312,6 +1320,13 @@ async def test_12_turn_edges(tmp_path: Path, nursery: trio.Nursery) -> None:
     )
     report(
         "12 edges",
+        "the round's result append -> the provider has the next request, p50",
+        ms(statistics.median(settles)),
+        "ms",
+        note=f"p90 {ms(percentile(settles, 90)):.1f} ms",
+    )
+    report(
+        "12 edges",
         "provider's last chunk -> turn_ended of an answer, p50",
         ms(statistics.median(ends)),
         "ms",
@@ -1319,6 +1334,8 @@ async def test_12_turn_edges(tmp_path: Path, nursery: trio.Nursery) -> None:
     )
     note(
         "12: fresh conversations. Before the Exec: the assistant's commit, the staged checkpoint's "
-        "blob SETs and their ACKs, the checkpoint. Before turn_ended: the answer's commit, the "
-        "final checkpoints' SETs and ACKs, the turn ids saved."
+        "blob SETs and their ACKs, the checkpoint. From the result (a small Read): its commit and "
+        "card, the settled checkpoint's SETs and ACKs, the checkpoint, the next request's render "
+        "and upload. Before turn_ended: the answer's commit, the final checkpoints' SETs and "
+        "ACKs, the turn ids saved."
     )

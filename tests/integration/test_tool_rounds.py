@@ -140,10 +140,10 @@ async def test_parallel_calls_answered_out_of_order(env: Env) -> None:
 
 
 async def test_settled_checkpoint_waits_for_no_set_after_the_last_card(env: Env) -> None:
-    """The blobs a round's settled checkpoint needs go out with its results: the assistant's root
-    with the first, the turn's structure with the last (before its commit). After the last card
-    the checkpoint follows with no SET (no ACK round trip) in between, its steps in the model's
-    call order, an unknown tool adding none."""
+    """The blobs a round's settled checkpoint needs go out while its tools run: the assistant's
+    root once the Execs are out, each result's blobs before its commit, the turn's structure with
+    the last. After the last card the checkpoint follows with no SET (no ACK round trip) in
+    between, its steps in the model's call order, an unknown tool adding none."""
     (env.root / "a.txt").write_text("A\n")
     (env.root / "b.txt").write_text("B\n")
     env.sim.exec_delay = lambda m: 0.3 if m.exec_id == "call_a" else 0.0
@@ -167,6 +167,16 @@ async def test_settled_checkpoint_waits_for_no_set_after_the_last_card(env: Env)
     assert_round_order(tr, env.daemon, rounds=1)
     assert_checkpoints_reference_only_acked(tr, env.sim.blobs)
     state = tr.checkpoints()[1]
+    assistant_root = state.root_prompt_messages_json[2]  # after the system prompt and the user's
+    assert json.loads(env.sim.blobs[assistant_root])["role"] == "assistant"
+    set_at = next(
+        i
+        for i, f in enumerate(tr.frames)
+        if f.kind == "kv_server_message.set_blob_args"
+        and f.message.kv_server_message.set_blob_args.blob_id == assistant_root
+    )
+    first_exec = next(i for i, k in enumerate(kinds) if k.startswith("exec_server_message"))
+    assert first_exec < set_at < kinds.index("interaction_update.tool_call_completed")
     structure = agent.ConversationTurnStructure.parse(env.sim.blobs[state.turns[-1]]).agent_conversation_turn
     assert structure is not None
     steps = [agent.ConversationStep.parse(env.sim.blobs[s]) for s in structure.steps]
