@@ -37,9 +37,21 @@ STREAM_DRAIN_S = 5.0
 CALL_LOG_DEFER_S = 1.0
 
 
+# How long an idle connection to a provider or to Cursor's upstream is kept for the next
+# request (httpx's default is 5 s). A user reads and types for longer than that between turns,
+# and a new connection to a remote API costs a TCP and a TLS handshake before the request is
+# even sent. Cloudflare, in front of the big APIs, keeps an idle client connection 400 s; one the
+# server closes first is dropped by the pool when next checked out (its socket reads EOF).
+KEEPALIVE_S = 300.0
+# httpx's default pool bounds, with the longer keep-alive.
+POOL_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=KEEPALIVE_S)
+
+
 def provider_client() -> httpx.AsyncClient:
     # Read timeout off: a model may think for minutes between chunks; cancel scopes bound the call.
-    return httpx.AsyncClient(timeout=httpx.Timeout(connect=15, read=None, write=60, pool=None))
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(connect=15, read=None, write=60, pool=None), limits=POOL_LIMITS
+    )
 
 
 def upstream_client() -> httpx.AsyncClient:
@@ -47,6 +59,7 @@ def upstream_client() -> httpx.AsyncClient:
         http2=False,
         timeout=httpx.Timeout(connect=10, read=None, write=None, pool=None),
         follow_redirects=False,
+        limits=POOL_LIMITS,
     )
 
 

@@ -159,12 +159,13 @@ _CONNECT_CODE_FOR_STATUS = {
 class Forwarder:
     """ASGI app that relays a request to ``upstream`` and streams the answer back.
 
-    The caller owns ``client`` and must create it as::
+    The caller owns ``client`` and must create it as ``daemon.upstream_client`` does::
 
         httpx.AsyncClient(
             http2=False,
             timeout=httpx.Timeout(connect=10, read=None, write=None, pool=None),
             follow_redirects=False,
+            limits=POOL_LIMITS,  # idle connections kept 300 s, not httpx's 5 s
         )
 
     No read/write timeout because Connect server streams legitimately go quiet for long

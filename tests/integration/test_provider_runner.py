@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 
+import httpcore
 import httpx
 import pytest
 import trio
 
+from byok.daemon import KEEPALIVE_S, provider_client, upstream_client
 from byok.model.events import (
     Done,
     ModelEvent,
@@ -193,3 +196,27 @@ async def test_hang_before_headers_under_autojump_clock(provider, autojump_clock
         with trio.move_on_after(3600) as scope:
             await call(client, endpoint)
     assert scope.cancelled_caught
+
+
+@pytest.mark.parametrize("make_client", [provider_client, upstream_client])
+async def test_idle_connections_outlive_a_users_pause(provider, make_client, monkeypatch) -> None:
+    """A turn after minutes of reading and typing reuses the connection (no new TCP and TLS
+    handshake); one idle past the keep-alive, or closed by the server meanwhile, is replaced.
+    httpcore times idleness with time.monotonic: shifted here instead of sleeping."""
+    fake, endpoint = provider
+    shift = 0.0
+    real = time.monotonic
+    monkeypatch.setattr(httpcore._async.http11.time, "monotonic", lambda: real() + shift)
+    async with make_client() as c:
+        fake.enqueue(*(chat_text_script([str(k)]) for k in range(4)))
+        await call(c, endpoint)
+        shift = 120.0  # httpx's default keeps an idle connection 5 s
+        await call(c, endpoint)
+        assert fake.connections == 1
+        shift += KEEPALIVE_S + 1
+        await call(c, endpoint)
+        assert fake.connections == 2
+        with trio.fail_after(5):
+            await fake.close_idle()
+        await call(c, endpoint)
+        assert fake.connections == 3

@@ -44,7 +44,10 @@ class RecordedRequest:
 class FakeProvider:
     def __init__(self) -> None:
         self.requests: list[RecordedRequest] = []
+        self.connections = 0  # TCP connections accepted
+        self._open = 0
         self._queue: deque[Script] = deque()
+        self._idle: set[trio.CancelScope] = set()  # connections waiting for their next request
 
     async def start(self, nursery: trio.Nursery) -> str:
         listeners = await nursery.start(partial(trio.serve_tcp, self._serve, 0, host="127.0.0.1"))
@@ -54,20 +57,39 @@ class FakeProvider:
     def enqueue(self, *scripts: Script) -> None:
         self._queue.extend(scripts)
 
+    async def close_idle(self) -> None:
+        """Close every kept-alive connection once it waits for its next request, as a server's
+        idle timeout does; returns when they are closed."""
+        while len(self._idle) < self._open:
+            await trio.sleep(0)
+        for scope in self._idle:
+            scope.cancel()
+        while self._open:
+            await trio.sleep(0)
+
     async def _serve(self, stream: trio.SocketStream) -> None:
         # A handler exception would crash the whole server, so client hang-ups end quietly.
+        self.connections += 1
+        self._open += 1
         try:
             await self._connection(stream)
         except (trio.BrokenResourceError, trio.ClosedResourceError, h11.RemoteProtocolError):
             pass
         finally:
             await trio.aclose_forcefully(stream)
+            self._open -= 1
 
     async def _connection(self, stream: trio.SocketStream) -> None:
         conn = h11.Connection(h11.SERVER)
         while True:
-            request = await self._read_request(conn, stream)
-            if request is None:
+            request: h11.Request | None = None
+            with trio.CancelScope() as idle:
+                self._idle.add(idle)
+                try:
+                    request = await self._read_request(conn, stream)
+                finally:
+                    self._idle.discard(idle)
+            if idle.cancelled_caught or request is None:
                 return
             script = self._queue.popleft() if self._queue else _no_script()
             if not await self._respond(conn, stream, script):
