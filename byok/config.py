@@ -81,6 +81,9 @@ class ProviderConfig:
     api_key_env: str | None = None
     # A literal key from the file; private so callers go through api_key(), kept out of repr.
     _api_key: str | None = attrs.field(default=None, repr=False, alias="api_key")
+    # Anthropic: ask for automatic prompt caching (a top-level cache_control). Without it the
+    # Messages API caches nothing, and every turn pays for (and waits on) the whole history.
+    prompt_cache: bool = True
     # Where this entry came from, so a missing env var can be reported like a file error.
     source: str = attrs.field(default=DEFAULTS_SOURCE, eq=False, repr=False)
     key_path: str = attrs.field(default="providers", eq=False, repr=False)
@@ -178,7 +181,7 @@ _SERVER_KEYS = (
     "shutdown_grace_s",
     "idle_release_s",
 )
-_PROVIDER_KEYS = ("id", "kind", "base_url", "api_key_env", "api_key")
+_PROVIDER_KEYS = ("id", "kind", "base_url", "api_key_env", "api_key", "prompt_cache")
 _MODEL_KEYS = (
     "id",
     "provider",
@@ -244,6 +247,9 @@ def _provider(t: Table) -> ProviderConfig:
     api_key = t.string("api_key")
     if api_key_env is not None and api_key is not None:
         raise ConfigError(t.source, t.path, "set at most one of api_key and api_key_env")
+    prompt_cache = t.boolean("prompt_cache")
+    if prompt_cache is not None and kind != "anthropic":
+        raise t.error("prompt_cache", "applies to anthropic providers (OpenAI caches prefixes on its own)")
     assert pid is not None
     return ProviderConfig(
         id=pid,
@@ -251,6 +257,7 @@ def _provider(t: Table) -> ProviderConfig:
         base_url=base_url,
         api_key_env=api_key_env,
         api_key=api_key,
+        prompt_cache=pick(prompt_cache, True),
         source=t.source,
         key_path=t.path,
     )

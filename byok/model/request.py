@@ -55,6 +55,9 @@ class ModelSettings:
     # Chat only: send reasoning_content back on assistant turns that made tool calls.
     replay_reasoning_on_tool_turns: bool = True
     extra_body: tuple[tuple[str, Any], ...] = ()
+    # Anthropic only: automatic prompt caching (a top-level cache_control; the messages, and
+    # so the prefix property, stay as they are).
+    prompt_cache: bool = False
 
 
 @attrs.frozen

@@ -73,6 +73,10 @@ def render_request(req: ModelRequest) -> RenderedRequest:
         "max_tokens": s.max_output_tokens if s.max_output_tokens is not None else DEFAULT_MAX_TOKENS,
         "stream": True,
     }
+    if s.prompt_cache:
+        # One breakpoint the API moves to the last cacheable block itself: the body's messages
+        # stay byte for byte what they were, and each turn reads the previous one's cache.
+        body["cache_control"] = {"type": "ephemeral"}
     if req.system:
         body["system"] = req.system
     body["messages"] = SLOT

@@ -367,6 +367,7 @@ class Run:
                 upstream_model=self.model.upstream_model,
                 max_output_tokens=self.model.max_output_tokens,
                 replay_reasoning_on_tool_turns=self.model.replay_reasoning,
+                prompt_cache=self.provider.prompt_cache,
             ),
         )
         ctx = CallContext(

@@ -94,7 +94,11 @@ async def test_tool_round_with_replay(kind: str, tmp_path: Path, nursery: trio.N
         if kind == "anthropic":
             assert first.headers["x-api-key"] == "sk-test"
             assert first.headers["anthropic-version"]
+            # Automatic prompt caching, by default: one top-level field, the messages untouched.
+            assert first.json["cache_control"] == second.json["cache_control"] == {"type": "ephemeral"}
+            assert second.json["messages"][: len(first.json["messages"])] == first.json["messages"]
         else:
+            assert "cache_control" not in first.json
             assert first.headers["authorization"] == "Bearer sk-test"
         check_replay(kind, second.json)
         if kind != "openai_chat":
@@ -103,4 +107,5 @@ async def test_tool_round_with_replay(kind: str, tmp_path: Path, nursery: trio.N
             assert "interaction_update.thinking_completed" in kinds
         calls = await wait_call_records(d.data_dir, "req-" + kind, 2)
         assert [c.status for c in calls] == ["ok", "ok"]
+        assert calls[1].prefix_extends is True
         assert all(c.usage is not None for c in calls)

@@ -212,7 +212,7 @@ def test_invalid_toml_has_line_and_column(tmp_path: Path) -> None:
         ),
         (
             MINIMAL_PROVIDER + 'apikey = "x"',
-            "providers[0].apikey: unknown key (allowed: id, kind, base_url, api_key_env, api_key)",
+            "providers[0].apikey: unknown key (allowed: id, kind, base_url, api_key_env, api_key, prompt_cache)",
         ),
         (
             MINIMAL_PROVIDER + '[[models]]\nid = "m"\nprovider = "local"\nupstream_model = "x"\n'
@@ -276,6 +276,19 @@ def test_wrong_types(tmp_path: Path, text: str, expected: str) -> None:
 )
 def test_bad_server_values(tmp_path: Path, text: str, expected: str) -> None:
     assert error_for(tmp_path, text) == expected
+
+
+def test_prompt_cache_is_an_anthropic_provider_setting(tmp_path: Path) -> None:
+    anthropic = '[[providers]]\nid = "a"\nkind = "anthropic"\nbase_url = "https://api.anthropic.com"\n'
+    (on,) = load_config(write(tmp_path, anthropic), overrides={}).providers
+    (off,) = load_config(write(tmp_path, anthropic + "prompt_cache = false"), overrides={}).providers
+    assert (on.prompt_cache, off.prompt_cache) == (True, False)
+    assert error_for(tmp_path, MINIMAL_PROVIDER + "prompt_cache = true") == (
+        "providers[0].prompt_cache: applies to anthropic providers (OpenAI caches prefixes on its own)"
+    )
+    assert error_for(tmp_path, anthropic + 'prompt_cache = "yes"') == (
+        "providers[0].prompt_cache: expected boolean, got string"
+    )
 
 
 def test_provider_errors(tmp_path: Path) -> None:

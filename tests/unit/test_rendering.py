@@ -130,6 +130,8 @@ def plain_anthropic(req: ModelRequest) -> bytes:
         else anthropic_request.DEFAULT_MAX_TOKENS,
         "stream": True,
     }
+    if s.prompt_cache:
+        body["cache_control"] = {"type": "ephemeral"}
     if req.system:
         body["system"] = req.system
     body["messages"] = messages
@@ -239,7 +241,9 @@ requests = st.builds(
     st.one_of(st.just(""), texts),
     st.sampled_from([(), (ToolSpec("Read", "reads", '{"type":"object"}'),)]),
     histories,
-    st.builds(ModelSettings, st.just("m"), st.sampled_from([None, 100]), st.booleans(), extra_bodies),
+    st.builds(
+        ModelSettings, st.just("m"), st.sampled_from([None, 100]), st.booleans(), extra_bodies, st.booleans()
+    ),
 )
 
 
