@@ -212,7 +212,8 @@ def test_invalid_toml_has_line_and_column(tmp_path: Path) -> None:
         ),
         (
             MINIMAL_PROVIDER + 'apikey = "x"',
-            "providers[0].apikey: unknown key (allowed: id, kind, base_url, api_key_env, api_key, prompt_cache)",
+            "providers[0].apikey: unknown key "
+            "(allowed: id, kind, base_url, api_key_env, api_key, prompt_cache)",
         ),
         (
             MINIMAL_PROVIDER + '[[models]]\nid = "m"\nprovider = "local"\nupstream_model = "x"\n'
