@@ -87,6 +87,10 @@ class ModelCall:
             case ev.ToolCallStarted(index=index, call_id=call_id, name=name):
                 if index in self._calls:
                     raise ModelProtocolError(f"tool call index {index} started twice")
+                if any(c.call_id == call_id for c in self._calls.values()):
+                    # Results are matched to calls by id: a round with two calls of one id
+                    # could never complete (its run would wait for the second result forever).
+                    raise ModelProtocolError(f"tool call id {call_id!r} used by two calls")
                 out = self._close_thinking(now_s)
                 self._calls[index] = _OpenCall(call_id, name)
                 return [*out, ToolCallOpened(call_id, name, self.model_call_id)]

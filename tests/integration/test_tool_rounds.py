@@ -11,10 +11,12 @@ from pathlib import Path
 
 import attrs
 import pytest
+import trio
 
 from byok.devtools.cursor_sim import CursorSim, Transcript, user_turn
 from byok.devtools.workspace_exec import WorkspaceExecutor
 from byok.pb.agent import v1 as agent
+from byok.store import SQLiteStore
 from tests.integration.conftest import Daemon
 from tests.integration.test_spine import assert_checkpoints_reference_only_acked
 from tests.support.fake_provider import chat_text_script, chat_tool_script
@@ -285,6 +287,24 @@ async def test_invalid_arguments_and_unknown_tool_become_tool_errors(env: Env) -
     assert "path" in results["call_missing"]
     assert "unknown tool" in results["call_unknown"]
     assert_prefix_property(env.daemon)
+
+
+async def test_two_calls_with_one_id_end_the_run_with_an_error(env: Env) -> None:
+    """Results are matched to calls by id, so such a round could never complete: the run ends
+    with the provider's protocol error instead of waiting forever, and nothing of the broken
+    answer is committed."""
+    (env.root / "a.txt").write_text("A\n")
+    env.daemon.provider.enqueue(
+        chat_tool_script([("call_same", "Read", '{"path":"a.txt"}'), ("call_same", "Glob", "{}")]),
+    )
+    with trio.fail_after(10):
+        tr = await env.sim.run("req-dup-ids", turn("read twice", conv="conv-dup-ids"))
+    error = tr.error
+    assert error is not None and error["code"] == "unavailable"
+    assert "'call_same' used by two calls" in error["message"]
+    assert tr.execs == [] and "interaction_update.turn_ended" not in tr.kinds()
+    with SQLiteStore.open_in(env.daemon.data_dir) as store:
+        assert [m.role for m in store.head("conv-dup-ids").messages] == ["user"]
 
 
 async def test_late_and_duplicate_results_are_ignored(env: Env) -> None:

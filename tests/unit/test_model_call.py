@@ -337,6 +337,13 @@ def test_duplicate_tool_call_index_is_rejected() -> None:
         call.handle(ev.ToolCallStarted(0, "other", "grep"), 0.0)
 
 
+def test_two_calls_with_one_id_are_rejected() -> None:
+    call = ModelCall("mc")
+    call.handle(ev.ToolCallStarted(0, "call_1", "Read"), 0.0)
+    with pytest.raises(ModelProtocolError, match="'call_1' used by two calls"):
+        call.handle(ev.ToolCallStarted(1, "call_1", "Grep"), 0.0)
+
+
 def test_result_before_done_is_rejected() -> None:
     call = ModelCall("mc")
     feed(call, [ev.TextDelta("x"), ev.UsageReported(USAGE)])
