@@ -85,6 +85,7 @@ FAULTS = {
     "invalid_json": 3,
     "disconnect_before_output": 3,  # connection cut after the role chunk: retried
     "disconnect_mid_stream": 4,  # cut after text was shown: final
+    "duplicate_call_ids": 2,  # two tool calls of one id: a round that could never complete
     "drop_reconnect": 6,  # RunSSE dropped, reopened within the grace
     "drop_expire": 2,  # RunSSE dropped past the grace: the run is cancelled
     "kv_missing": 3,
@@ -433,6 +434,11 @@ async def run_plan(h: Harness, rng: random.Random, index: int) -> tuple[str, lis
     elif fault == "disconnect_before_output":
         good = text_script(answer)
         p.enqueue(Script(chunks=good.chunks, close_after=1), text_script(answer))  # role chunk only
+        await drive(h, client, conv, text, append_first=append_first)
+    elif fault == "duplicate_call_ids":
+        same = f"{tag}-c0"
+        p.enqueue(chat_tool_script([(same, "Read", '{"path":"a.txt"}'), (same, "Grep", '{"pattern":"a"}')]))
+        expect.outcomes = frozenset({"unavailable"})
         await drive(h, client, conv, text, append_first=append_first)
     elif fault == "disconnect_mid_stream":
         good = text_script(answer)
