@@ -84,6 +84,10 @@ class ProviderConfig:
     # Anthropic: ask for automatic prompt caching (a top-level cache_control). Without it the
     # Messages API caches nothing, and every turn pays for (and waits on) the whole history.
     prompt_cache: bool = True
+    # Anthropic: stream each tool's input as it is generated (eager_input_streaming on every
+    # tool). Without it the API buffers a parameter until it validates, so a Write's live
+    # content reaches Cursor only when the whole file is written.
+    eager_input_streaming: bool = True
     # Where this entry came from, so a missing env var can be reported like a file error.
     source: str = attrs.field(default=DEFAULTS_SOURCE, eq=False, repr=False)
     key_path: str = attrs.field(default="providers", eq=False, repr=False)
@@ -181,7 +185,15 @@ _SERVER_KEYS = (
     "shutdown_grace_s",
     "idle_release_s",
 )
-_PROVIDER_KEYS = ("id", "kind", "base_url", "api_key_env", "api_key", "prompt_cache")
+_PROVIDER_KEYS = (
+    "id",
+    "kind",
+    "base_url",
+    "api_key_env",
+    "api_key",
+    "prompt_cache",
+    "eager_input_streaming",
+)
 _MODEL_KEYS = (
     "id",
     "provider",
@@ -250,6 +262,9 @@ def _provider(t: Table) -> ProviderConfig:
     prompt_cache = t.boolean("prompt_cache")
     if prompt_cache is not None and kind != "anthropic":
         raise t.error("prompt_cache", "applies to anthropic providers (OpenAI caches prefixes on its own)")
+    eager = t.boolean("eager_input_streaming")
+    if eager is not None and kind != "anthropic":
+        raise t.error("eager_input_streaming", "applies to anthropic providers")
     assert pid is not None
     return ProviderConfig(
         id=pid,
@@ -258,6 +273,7 @@ def _provider(t: Table) -> ProviderConfig:
         api_key_env=api_key_env,
         api_key=api_key,
         prompt_cache=pick(prompt_cache, True),
+        eager_input_streaming=pick(eager, True),
         source=t.source,
         key_path=t.path,
     )

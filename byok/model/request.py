@@ -58,6 +58,8 @@ class ModelSettings:
     # Anthropic only: automatic prompt caching (a top-level cache_control; the messages, and
     # so the prefix property, stay as they are).
     prompt_cache: bool = False
+    # Anthropic only: eager_input_streaming on every tool (tool input streamed unbuffered).
+    eager_input_streaming: bool = False
 
 
 @attrs.frozen

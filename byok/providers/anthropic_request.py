@@ -80,7 +80,7 @@ def render_request(req: ModelRequest) -> RenderedRequest:
     if req.system:
         body["system"] = req.system
     body["messages"] = SLOT
-    tools = place_tools(body, _tool, req.tools)
+    tools = place_tools(body, _eager_tool if s.eager_input_streaming else _tool, req.tools)
     # Last, so per-provider configuration can add (or deliberately override) anything.
     for key, value in s.extra_body:
         body[key] = value
@@ -89,6 +89,12 @@ def render_request(req: ModelRequest) -> RenderedRequest:
 
 def _tool(t: ToolSpec) -> dict[str, Any]:
     return {"name": t.name, "description": t.description, "input_schema": schema(t.parameters_json)}
+
+
+def _eager_tool(t: ToolSpec) -> dict[str, Any]:
+    # The input streams as the model writes it, unvalidated: the complete arguments are still
+    # checked when the call ends (a cut one becomes the tool's error).
+    return {**_tool(t), "eager_input_streaming": True}
 
 
 def _groups(history: tuple[HistoryItem, ...], start: int = 0) -> list[tuple[int, tuple[HistoryItem, ...]]]:

@@ -368,6 +368,7 @@ class Run:
                 max_output_tokens=self.model.max_output_tokens,
                 replay_reasoning_on_tool_turns=self.model.replay_reasoning,
                 prompt_cache=self.provider.prompt_cache,
+                eager_input_streaming=self.provider.eager_input_streaming,
             ),
         )
         ctx = CallContext(

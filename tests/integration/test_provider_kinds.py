@@ -97,6 +97,8 @@ async def test_tool_round_with_replay(kind: str, tmp_path: Path, nursery: trio.N
             # Automatic prompt caching, by default: one top-level field, the messages untouched.
             assert first.json["cache_control"] == second.json["cache_control"] == {"type": "ephemeral"}
             assert second.json["messages"][: len(first.json["messages"])] == first.json["messages"]
+            # Tool input streamed as the model writes it (no server-side buffering).
+            assert all(t["eager_input_streaming"] is True for t in first.json["tools"])
         else:
             assert "cache_control" not in first.json
             assert first.headers["authorization"] == "Bearer sk-test"

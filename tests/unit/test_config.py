@@ -213,7 +213,7 @@ def test_invalid_toml_has_line_and_column(tmp_path: Path) -> None:
         (
             MINIMAL_PROVIDER + 'apikey = "x"',
             "providers[0].apikey: unknown key "
-            "(allowed: id, kind, base_url, api_key_env, api_key, prompt_cache)",
+            "(allowed: id, kind, base_url, api_key_env, api_key, prompt_cache, eager_input_streaming)",
         ),
         (
             MINIMAL_PROVIDER + '[[models]]\nid = "m"\nprovider = "local"\nupstream_model = "x"\n'
@@ -279,13 +279,18 @@ def test_bad_server_values(tmp_path: Path, text: str, expected: str) -> None:
     assert error_for(tmp_path, text) == expected
 
 
-def test_prompt_cache_is_an_anthropic_provider_setting(tmp_path: Path) -> None:
+def test_prompt_cache_and_eager_input_streaming_are_anthropic_provider_settings(tmp_path: Path) -> None:
     anthropic = '[[providers]]\nid = "a"\nkind = "anthropic"\nbase_url = "https://api.anthropic.com"\n'
     (on,) = load_config(write(tmp_path, anthropic), overrides={}).providers
-    (off,) = load_config(write(tmp_path, anthropic + "prompt_cache = false"), overrides={}).providers
-    assert (on.prompt_cache, off.prompt_cache) == (True, False)
+    off_text = anthropic + "prompt_cache = false\neager_input_streaming = false"
+    (off,) = load_config(write(tmp_path, off_text), overrides={}).providers
+    assert (on.prompt_cache, on.eager_input_streaming) == (True, True)
+    assert (off.prompt_cache, off.eager_input_streaming) == (False, False)
     assert error_for(tmp_path, MINIMAL_PROVIDER + "prompt_cache = true") == (
         "providers[0].prompt_cache: applies to anthropic providers (OpenAI caches prefixes on its own)"
+    )
+    assert error_for(tmp_path, MINIMAL_PROVIDER + "eager_input_streaming = true") == (
+        "providers[0].eager_input_streaming: applies to anthropic providers"
     )
     assert error_for(tmp_path, anthropic + 'prompt_cache = "yes"') == (
         "providers[0].prompt_cache: expected boolean, got string"

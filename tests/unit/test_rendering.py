@@ -138,6 +138,7 @@ def plain_anthropic(req: ModelRequest) -> bytes:
     if req.tools:
         body["tools"] = [
             {"name": t.name, "description": t.description, "input_schema": json.loads(t.parameters_json)}
+            | ({"eager_input_streaming": True} if s.eager_input_streaming else {})
             for t in req.tools
         ]
     return finish(body, req, None)
@@ -242,7 +243,13 @@ requests = st.builds(
     st.sampled_from([(), (ToolSpec("Read", "reads", '{"type":"object"}'),)]),
     histories,
     st.builds(
-        ModelSettings, st.just("m"), st.sampled_from([None, 100]), st.booleans(), extra_bodies, st.booleans()
+        ModelSettings,
+        st.just("m"),
+        st.sampled_from([None, 100]),
+        st.booleans(),
+        extra_bodies,
+        st.booleans(),
+        st.booleans(),
     ),
 )
 
