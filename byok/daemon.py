@@ -37,20 +37,27 @@ STREAM_DRAIN_S = 5.0
 CALL_LOG_DEFER_S = 1.0
 
 
-# How long an idle connection to a provider or to Cursor's upstream is kept for the next
-# request (httpx's default is 5 s). A user reads and types for longer than that between turns,
-# and a new connection to a remote API costs a TCP and a TLS handshake before the request is
-# even sent. Cloudflare, in front of the big APIs, keeps an idle client connection 400 s; one the
-# server closes first is dropped by the pool when next checked out (its socket reads EOF).
+# How long an idle connection to a provider is kept for the next request (httpx's default is
+# 5 s). A user reads and types for longer than that between turns, and a new connection to a
+# remote API costs a TCP and a TLS handshake before the request is even sent. Cloudflare, in
+# front of the big APIs, keeps an idle client connection 400 s. One the server closes first is
+# dropped by the pool when next checked out (its socket reads EOF); a request that races the
+# close fails before any output and is retried (providers/retry.py).
 KEEPALIVE_S = 300.0
-# httpx's default pool bounds, with the longer keep-alive.
-POOL_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=KEEPALIVE_S)
+# Relayed requests are not retried, so upstream connections are let go before the common 60 s
+# idle timeout of load balancers, where a request could meet the server's close.
+UPSTREAM_KEEPALIVE_S = 55.0
+
+
+def pool_limits(keepalive_s: float) -> httpx.Limits:
+    """httpx's default pool bounds, with a longer keep-alive."""
+    return httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=keepalive_s)
 
 
 def provider_client() -> httpx.AsyncClient:
     # Read timeout off: a model may think for minutes between chunks; cancel scopes bound the call.
     return httpx.AsyncClient(
-        timeout=httpx.Timeout(connect=15, read=None, write=60, pool=None), limits=POOL_LIMITS
+        timeout=httpx.Timeout(connect=15, read=None, write=60, pool=None), limits=pool_limits(KEEPALIVE_S)
     )
 
 
@@ -59,7 +66,7 @@ def upstream_client() -> httpx.AsyncClient:
         http2=False,
         timeout=httpx.Timeout(connect=10, read=None, write=None, pool=None),
         follow_redirects=False,
-        limits=POOL_LIMITS,
+        limits=pool_limits(UPSTREAM_KEEPALIVE_S),
     )
 
 

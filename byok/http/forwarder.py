@@ -165,7 +165,7 @@ class Forwarder:
             http2=False,
             timeout=httpx.Timeout(connect=10, read=None, write=None, pool=None),
             follow_redirects=False,
-            limits=POOL_LIMITS,  # idle connections kept 300 s, not httpx's 5 s
+            limits=pool_limits(UPSTREAM_KEEPALIVE_S),  # idle connections kept 55 s, not 5 s
         )
 
     No read/write timeout because Connect server streams legitimately go quiet for long

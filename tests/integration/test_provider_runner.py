@@ -10,7 +10,7 @@ import httpx
 import pytest
 import trio
 
-from byok.daemon import KEEPALIVE_S, provider_client, upstream_client
+from byok.daemon import KEEPALIVE_S, UPSTREAM_KEEPALIVE_S, provider_client, upstream_client
 from byok.model.events import (
     Done,
     ModelEvent,
@@ -198,11 +198,17 @@ async def test_hang_before_headers_under_autojump_clock(provider, autojump_clock
     assert scope.cancelled_caught
 
 
-@pytest.mark.parametrize("make_client", [provider_client, upstream_client])
-async def test_idle_connections_outlive_a_users_pause(provider, make_client, monkeypatch) -> None:
-    """A turn after minutes of reading and typing reuses the connection (no new TCP and TLS
+@pytest.mark.parametrize(
+    ("make_client", "keepalive_s"),
+    [(provider_client, KEEPALIVE_S), (upstream_client, UPSTREAM_KEEPALIVE_S)],
+)
+async def test_idle_connections_outlive_a_users_pause(
+    provider, make_client, keepalive_s, monkeypatch
+) -> None:
+    """A turn after a pause of reading and typing reuses the connection (no new TCP and TLS
     handshake); one idle past the keep-alive, or closed by the server meanwhile, is replaced.
     httpcore times idleness with time.monotonic: shifted here instead of sleeping."""
+    assert keepalive_s >= 50  # httpx's default is 5 s
     fake, endpoint = provider
     shift = 0.0
     real = time.monotonic
@@ -210,10 +216,10 @@ async def test_idle_connections_outlive_a_users_pause(provider, make_client, mon
     async with make_client() as c:
         fake.enqueue(*(chat_text_script([str(k)]) for k in range(4)))
         await call(c, endpoint)
-        shift = 120.0  # httpx's default keeps an idle connection 5 s
+        shift = keepalive_s - 1
         await call(c, endpoint)
         assert fake.connections == 1
-        shift += KEEPALIVE_S + 1
+        shift += keepalive_s + 1
         await call(c, endpoint)
         assert fake.connections == 2
         with trio.fail_after(5):
