@@ -27,7 +27,14 @@ from byok.pb.agent import v1 as agent
 from byok.pb.aiserver import v1 as aiserver
 from byok.run.call_log import DRAIN_TIMEOUT_S, CallLog
 from byok.run.runner import RunDeps, ToolSetup
-from byok.run.upkeep import RunActivity, between_runs, release_caches, tidy, until_quiet
+from byok.run.upkeep import (
+    RunActivity,
+    between_runs,
+    checkpoint_while_calling,
+    release_caches,
+    tidy,
+    until_quiet,
+)
 from byok.store import AsyncStore
 
 log = logging.getLogger("byok")
@@ -100,7 +107,13 @@ async def run_daemon(
             # Call records are written by this task; cancelling the nursery makes it drain its queue.
             await nursery.start(call_log.run)
             deps = RunDeps(
-                config=config, store=store, prompts=prompts, tools=tools, http=http, call_log=call_log
+                config=config,
+                store=store,
+                prompts=prompts,
+                tools=tools,
+                http=http,
+                call_log=call_log,
+                activity=activity,
             )
             forwarder = Forwarder(config.server.upstream, up, logging.getLogger("byok.forward"))
             health = UpstreamHealth(config.server.upstream, up)
@@ -112,10 +125,11 @@ async def run_daemon(
                 model_list=ModelListRoutes(config, up, config.server.upstream, health=health),
                 offline=OfflineAnswers(config),
                 health=health,
-                activity=activity,
             )
-            # WAL checkpoints and full GC collections between runs, never during one.
+            # WAL checkpoints and full GC collections between runs, never during one; during
+            # runs, WAL checkpoints only while every run waits on its provider.
             await nursery.start(between_runs, app.activity, functools.partial(tidy, store))
+            await nursery.start(checkpoint_while_calling, app.activity, store)
             # The caches kept for fast next turns, after a long idle.
             await nursery.start(
                 functools.partial(

@@ -22,7 +22,6 @@ from byok.pb.agent import v1 as agent
 from byok.run.conversation import ActiveRun, Supervisors
 from byok.run.runner import Run, RunDeps
 from byok.run.slot import RunRegistry, RunSlot
-from byok.run.upkeep import RunActivity
 
 log = logging.getLogger("byok.http")
 
@@ -45,7 +44,6 @@ class App:
         model_list: ModelListRoutes | None = None,
         offline: OfflineAnswers | None = None,
         health: UpstreamHealth | None = None,
-        activity: RunActivity | None = None,
     ) -> None:
         self.config = config
         self.model_list = model_list
@@ -71,7 +69,8 @@ class App:
         self._idle = trio.Event()
         self._idle.set()
         # What upkeep between runs and the call log wait for (run/upkeep.py).
-        self.activity = activity if activity is not None else RunActivity()
+        # One RunActivity: the runs' starts and ends here, their provider calls in the runner.
+        self.activity = deps.activity
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":

@@ -55,6 +55,7 @@ from byok.run.slot import RunSlot
 from byok.run.start_point import begin, changed_under_run, ends_with_answer, runtime_message, start_point
 from byok.run.token_details import token_details
 from byok.run.tool_round import ExecRouter, ToolRound
+from byok.run.upkeep import RunActivity
 from byok.store import AsyncStore, RunExists, StaleRevision
 from byok.store.records import Head
 
@@ -76,6 +77,7 @@ class RunDeps:
     http: httpx.AsyncClient
     call_log: CallLog
     wall_ms: Callable[[], int] = attrs.field(default=lambda: int(time.time() * 1000))
+    activity: RunActivity = attrs.Factory(RunActivity)
 
 
 class RunFailed(Exception):
@@ -389,7 +391,8 @@ class Run:
             retry_base_s=self.deps.config.server.provider_retry_base_s,
         )
         try:
-            return await call_model(ctx, request)
+            with self.deps.activity.provider_call():  # the store is idle meanwhile (upkeep.py)
+                return await call_model(ctx, request)
         except ProviderCallFailed as e:
             raise RunFailed(e.error) from None
 

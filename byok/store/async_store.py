@@ -41,6 +41,10 @@ class AsyncStore:
     def path(self) -> Path:
         return self._store.path
 
+    def wal_bytes(self) -> int:
+        """The WAL file's size (a stat, on the calling thread: it does not touch the connection)."""
+        return self._store.wal_bytes()
+
     async def call(
         self, fn: Callable[Concatenate[SQLiteStore, P], T], *args: P.args, **kwargs: P.kwargs
     ) -> T:

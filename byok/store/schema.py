@@ -174,6 +174,9 @@ def connect(path: Path) -> sqlite3.Connection:
 # mode SQLite cannot change it, and both work).
 PAGE_SIZE = 16384
 WAL_AUTOCHECKPOINT_BYTES = 64 * 2**20
+# The WAL file is cut back to this when SQLite restarts it after a complete checkpoint, so its
+# size tells roughly how much is waiting to be copied (and a past burst does not stay on disk).
+WAL_SIZE_LIMIT_BYTES = 4 * 2**20
 
 
 def _configure(conn: sqlite3.Connection, path: Path) -> None:
@@ -188,6 +191,7 @@ def _configure(conn: sqlite3.Connection, path: Path) -> None:
         # between runs instead (run/upkeep.py); this is only the safety net.
         page_size = conn.execute("PRAGMA page_size").fetchone()[0]
         conn.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_BYTES // page_size}")
+        conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT_BYTES}")
     except sqlite3.Error as e:
         raise StoreError(f"cannot configure {path}: {e}") from e
     if str(mode).lower() != "wal":

@@ -11,6 +11,7 @@ Not thread-safe by itself: AsyncStore serializes all calls through one worker at
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -276,6 +277,14 @@ class SQLiteStore:
         """Saved root ids of the history at ``revision_id``, by message id."""
         with self._transaction(write=False) as conn:
             return _root_ids.at_revision(conn, revision_id)
+
+    def wal_bytes(self) -> int:
+        """The size of the WAL file: roughly what a checkpoint would copy (schema's
+        WAL_SIZE_LIMIT_BYTES). A stat of the file, not a use of the connection: any thread."""
+        try:
+            return os.path.getsize(f"{self.path}-wal")
+        except OSError:
+            return 0
 
     def checkpoint_wal(self) -> None:
         """Copy committed WAL pages into the database file (PASSIVE: never waits for readers)."""

@@ -14,8 +14,16 @@ import trio.testing
 from byok.model.messages import Message
 from byok.providers import rendering
 from byok.run import call_meter
-from byok.run.upkeep import RunActivity, between_runs, release_caches, tidy, until_quiet
+from byok.run.upkeep import (
+    RunActivity,
+    between_runs,
+    checkpoint_while_calling,
+    release_caches,
+    tidy,
+    until_quiet,
+)
 from byok.store import AsyncStore
+from byok.store.schema import WAL_SIZE_LIMIT_BYTES
 
 
 async def _collector(nursery: trio.Nursery, activity: RunActivity) -> list[float]:
@@ -124,6 +132,49 @@ async def test_the_wal_is_checkpointed_only_between_runs(
         # Nothing new: no second checkpoint, however long the daemon stays idle.
         await trio.sleep(10)
         assert len(done) == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_wal_is_checkpointed_while_every_active_run_waits_on_its_provider(tmp_path: Path) -> None:
+    """During activity the store's worker is free while the runs' models stream: a WAL of
+    min_bytes or more is copied into the database then, not in a later commit (SQLite's
+    autocheckpoint). Not while a run may need the store."""
+    activity = RunActivity()
+    async with await AsyncStore.open(tmp_path / "data") as store, trio.open_nursery() as nursery:
+        await nursery.start(
+            lambda task_status: checkpoint_while_calling(
+                activity, store, min_bytes=2_000_000, task_status=task_status
+            )
+        )
+        db = store.path
+        before = db.stat().st_size
+
+        async def settled() -> None:
+            # The watcher has taken the store's worker (if it is going to): wait behind it.
+            await trio.testing.wait_all_tasks_blocked()
+            await store.call(lambda s: None)
+
+        activity.started()
+        activity.started()  # two runs
+        version = 0
+        for i in range(8):
+            message = Message(role="user", origin="runtime", text=f"{i}" * 400_000)
+            version = (await store.append("c", version, [message], 1)).version
+        assert store.wal_bytes() > 3_000_000
+        with activity.provider_call():  # one run calls its provider, the other may use the store
+            await settled()
+            assert db.stat().st_size - before < 400_000
+            with activity.provider_call():  # now both do
+                await settled()
+                assert db.stat().st_size - before > 3_000_000
+        # SQLite starts the WAL over at the next write and cuts the file back to the limit.
+        await store.append("c", version, [Message(role="user", origin="runtime", text="x")], 1)
+        assert store.wal_bytes() <= WAL_SIZE_LIMIT_BYTES
+        # Under the threshold: calls alone do not checkpoint.
+        checkpointed = db.stat().st_size
+        with activity.provider_call(), activity.provider_call():
+            await settled()
+        assert db.stat().st_size == checkpointed
         nursery.cancel_scope.cancel()
 
 
