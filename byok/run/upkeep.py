@@ -7,7 +7,8 @@
 - The freed heap back to the OS, which the allocator settings keep resident during activity.
 - The SQLite WAL copied into the database file. Run after each run, the checkpoint held the
   store's one worker (0.6 ms median, up to 6 ms of fsyncs) just as the next run's first store
-  call arrived; SQLite's autocheckpoint stays the bound under continuous load.
+  call arrived. Under continuous load a large WAL is copied while every active run waits on its
+  provider (``checkpoint_while_calling``); SQLite's autocheckpoint is the last bound.
 
 One task does them once no run has been active for ``idle_s``, and after ``max_gap_s`` of
 unbroken activity in any case, so garbage and the WAL stay bounded; only when a run has started
