@@ -109,8 +109,10 @@ async def tidy(store: AsyncStore) -> None:
 
 # While every active run waits on its provider, a WAL this large is copied into the database:
 # otherwise a long run of big tool results reaches SQLite's autocheckpoint, which copies up to
-# 64 MiB inside whichever commit crosses it (63 ms in isolation, 93 ms seen in a daemon).
-WAL_CHECKPOINT_WHILE_CALLING_BYTES = 8 * 2**20
+# 64 MiB inside whichever commit crosses it (101 and 147 ms in bench 4). Half of that: each
+# checkpoint is an fsync of the database that a fast provider's next commit may wait behind
+# (at 8 MiB, bench 1's 300 small turns checkpointed 17 times; at 32 MiB, 4 times).
+WAL_CHECKPOINT_WHILE_CALLING_BYTES = 32 * 2**20
 
 
 async def checkpoint_while_calling(
