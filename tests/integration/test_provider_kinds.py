@@ -17,6 +17,7 @@ from tests.support.fake_provider import (
     anthropic_tool_script,
     chat_text_script,
     chat_tool_script,
+    error_script,
     responses_text_script,
     responses_tool_script,
 )
@@ -111,3 +112,21 @@ async def test_tool_round_with_replay(kind: str, tmp_path: Path, nursery: trio.N
         assert [c.status for c in calls] == ["ok", "ok"]
         assert calls[1].prefix_extends is True
         assert all(c.usage is not None for c in calls)
+
+
+async def test_a_refused_default_field_names_the_option_that_leaves_it_out(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    """An Anthropic-compatible server that refuses a field byok adds by default: the run's error
+    says which provider option turns it off."""
+    async with start_daemon(tmp_path, nursery, kind="anthropic") as d:
+        d.provider.enqueue(error_script(400, "cache_control: Extra inputs are not permitted"))
+        tr = await d.sim.run(
+            "req-refused",
+            user_turn("hi", conversation_id="c-refused", model_id="byok-demo", message_id="m"),
+        )
+        error = tr.error
+        assert error is not None and error["code"] == "unavailable"
+        assert error["message"].startswith("HTTP 400: cache_control: Extra inputs are not permitted")
+        assert "set prompt_cache = false on provider" in error["message"]
+        assert "eager_input_streaming" not in error["message"]
