@@ -25,6 +25,7 @@ from byok.model import events as ev
 from byok.model.request import ModelRequest, RenderedRequest
 from byok.model.usage import Usage
 from byok.providers.adapters import Adapter
+from byok.providers.anthropic_request import refused_option_hint
 from byok.providers.kinds import ANTHROPIC
 from byok.providers.retry import stream_with_retries
 from byok.providers.runner import CallStats, StreamParser
@@ -140,7 +141,8 @@ async def call_model(ctx: CallContext, request: ModelRequest) -> ModelCallResult
         )
         result = call.result()
     except ev.ProviderError as e:
-        text = e.message + _option_hint(ctx.adapter.kind, ctx.provider_id, e)
+        hint = refused_option_hint(ctx.provider_id, e) if ctx.adapter.kind == ANTHROPIC else ""
+        text = e.message + hint
         exc, failure = e, ConnectError("unavailable", text, provider_error_details(text))
     except ModelProtocolError as e:
         text = f"provider stream broke protocol: {e}"
@@ -225,19 +227,3 @@ def _call_record(
         response_capture=None if capture is None else bytes(capture),
         rendered=rendered,
     )
-
-
-# Fields byok adds to Anthropic requests by default, and the provider option that leaves each out.
-_ANTHROPIC_OPTIONS = (("cache_control", "prompt_cache"), ("eager_input_streaming", "eager_input_streaming"))
-
-
-def _option_hint(kind: str, provider_id: str, e: ev.ProviderError) -> str:
-    """For an Anthropic-compatible server that refuses a field byok adds by default: which
-    provider option to turn off (the server's own message names the field)."""
-    if kind != ANTHROPIC or e.status != 400:
-        return ""
-    named = [option for field, option in _ANTHROPIC_OPTIONS if field in e.message]
-    if not named:
-        return ""
-    settings = " and ".join(f"{option} = false" for option in named)
-    return f" (if this server does not support it, set {settings} on provider {provider_id!r})"
