@@ -201,8 +201,7 @@ class Run:
             if result.message.text:
                 turn = turn.with_step(assistant_step(result.message.text))
             if result.reason == "stop":
-                await self._append([result.message])
-                await self._publish_final(turn)
+                await self._publish_final(turn, result.message)
                 return
             turn = await self._tool_round(turn, result)
 
@@ -238,9 +237,12 @@ class Run:
 
     async def _tool_round(self, turn: TurnRecord, result: ModelCallResult) -> TurnRecord:
         assistant = attrs.evolve(result.message, tool_round_id=str(uuid.uuid4()))
-        await self._append([assistant])
         await self._recall_root_ids()
-        staged = self._checkpoint(self._current_head().messages[:-1], [assistant], turn)
+        # Built on the head before the commit (the assistant travels inline): its SETs go out
+        # first, so the client ACKs them while SQLite commits the round.
+        staged = self._checkpoint(self._current_head().messages, [assistant], turn)
+        self.kv.offer(staged.blobs)
+        await self._append([assistant])
         await self._put_blobs(staged.blobs)
         crash_point("blobs_acked")
         self.slot.send(encode.checkpoint(staged.state))
@@ -300,11 +302,20 @@ class Run:
         await self.slot.flushed()
         return turn
 
-    async def _publish_final(self, turn: TurnRecord) -> None:
+    async def _publish_final(self, turn: TurnRecord, answer: Message | None = None) -> None:
+        """The turn's end: ``answer`` is committed first (None: it already is, a resume)."""
         await self._recall_root_ids()
+        messages = self._current_head().messages
+        if answer is not None:
+            messages = (*messages, answer)
+        staged = self._checkpoint(messages[:-1], [messages[-1]], turn)
+        settled = self._checkpoint(messages, [], turn)
+        if answer is not None:
+            # The final checkpoints' SETs go out before the answer's commit: the client ACKs
+            # them while SQLite writes (a checkpoint depends on the messages' content only).
+            self.kv.offer([*staged.blobs, *settled.blobs])
+            await self._append([answer])
         head = self._current_head()
-        staged = self._checkpoint(head.messages[:-1], [head.messages[-1]], turn)
-        settled = self._checkpoint(head.messages, [], turn)
         await self._put_blobs([*staged.blobs, *settled.blobs])
         self.memory.drop_acked_roots()  # an idle conversation keeps root ids, not their bytes
         assert settled.turn_id is not None
