@@ -32,7 +32,7 @@ from byok.providers.runner import CallStats, StreamParser
 from byok.run.call_log import CallLog
 from byok.run.call_meter import cache_hit_share, error_kind
 from byok.run.crash import crash_point
-from byok.store import AsyncStore, LlmCallRecord
+from byok.store import LlmCallRecord
 
 log = logging.getLogger("byok.provider")
 
@@ -52,7 +52,6 @@ class CallContext:
     base_url: str
     api_key: str | None
     http: httpx.AsyncClient
-    store: AsyncStore
     registry: Mapping[str, ToolDef]
     send: Callable[[bytes], None]
     flushed: Callable[[], Awaitable[None]]  # RunSlot.flushed

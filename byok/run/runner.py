@@ -392,7 +392,6 @@ class Run:
             base_url=self.provider.base_url,
             api_key=self.provider.api_key(),
             http=self.deps.http,
-            store=self.deps.store,
             registry=self.deps.tools.registry,
             send=self.slot.send,
             flushed=self.slot.flushed,

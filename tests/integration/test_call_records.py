@@ -383,7 +383,6 @@ async def model_caller(
                 base_url=base,
                 api_key="sk-secret",
                 http=http,
-                store=store,
                 registry={},
                 send=lambda frame: None,
                 flushed=trio.lowlevel.checkpoint,
