@@ -271,7 +271,7 @@ class Run:
                 step = steps[message.tool_call_id] = Blob.of(encode.tool_step(outcome.ui_bytes()))
                 blobs.append(step)
             published_ids.add(message.tool_call_id)
-            if len(published_ids) == len(calls):
+            if len(published_ids) == len({c.call_id for c in calls}):
                 settled_turn.append(_round_turn(turn, calls, steps))
                 blobs.append(settled_turn[0].structure())
             self.kv.offer(blobs)

@@ -187,7 +187,9 @@ class ToolRound:
 
         completions: list[Completion] = []
         seq = 0
-        while len(completions) < len(calls):
+        # One completion per call id: a round replayed from a history another server wrote may
+        # name two calls alike (ModelCall refuses that from a provider), and must still end.
+        while len(completions) < len(by_id):
             call_id, outcome = await self.router.done.receive()
             call = by_id.get(call_id)
             if call is None or any(c.call.call_id == call_id for c in completions):

@@ -4,6 +4,7 @@ the complete round."""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 from collections.abc import AsyncIterator
@@ -20,6 +21,7 @@ from byok.store import SQLiteStore
 from tests.integration.conftest import Daemon
 from tests.integration.test_spine import assert_checkpoints_reference_only_acked
 from tests.support.fake_provider import chat_text_script, chat_tool_script
+from tests.support.run_driver import resume_request
 
 
 @attrs.define
@@ -305,6 +307,31 @@ async def test_two_calls_with_one_id_end_the_run_with_an_error(env: Env) -> None
     assert tr.execs == [] and "interaction_update.turn_ended" not in tr.kinds()
     with SQLiteStore.open_in(env.daemon.data_dir) as store:
         assert [m.role for m in store.head("conv-dup-ids").messages] == ["user"]
+
+
+async def test_a_replayed_foreign_round_with_two_calls_of_one_id_still_ends(env: Env) -> None:
+    """A staged round another server wrote may name two calls alike: resumed, its calls run and
+    the round ends with one result per id, instead of waiting for a second result forever."""
+    (env.root / "a.txt").write_text("A\n")
+    roots = []
+    for obj in (
+        {"role": "system", "content": "OLD SYSTEM PROMPT"},
+        {"role": "user", "content": [{"type": "text", "text": "read it twice"}]},
+    ):
+        data = json.dumps(obj).encode()
+        roots.append(hashlib.sha256(data).digest())
+        env.sim.blobs[roots[-1]] = data
+    call = {"type": "tool-call", "toolCallId": "dup", "toolName": "Read", "input": {"path": "a.txt"}}
+    staged = json.dumps({"role": "assistant", "content": [call, call]})
+    state = agent.ConversationStateStructure(root_prompt_messages_json=roots, pending_tool_calls=[staged])
+    env.daemon.provider.enqueue(chat_text_script(["read"]))
+    with trio.fail_after(10):
+        tr = await env.sim.run("req-dup-foreign", resume_request(state, conversation_id="conv-dup-foreign"))
+    assert tr.end_stream == {}, tr.end_stream
+    assert [c.call_id for c in completed(tr)] == ["dup"]
+    with SQLiteStore.open_in(env.daemon.data_dir) as store:
+        messages = store.head("conv-dup-foreign").messages
+    assert [m.role for m in messages] == ["user", "assistant", "tool", "assistant"]
 
 
 async def test_late_and_duplicate_results_are_ignored(env: Env) -> None:
