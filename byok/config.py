@@ -17,9 +17,11 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, Literal, get_args
+from urllib.parse import urlsplit
 
 import attrs
 
+from byok.config_extra_body import extra_body_problem
 from byok.config_reader import Table, check_port, check_url, pick
 
 ProviderKind = Literal["openai_chat", "openai_responses", "anthropic"]
@@ -88,6 +90,10 @@ class ProviderConfig:
     # tool). Without it the API buffers a parameter until it validates, so a Write's live
     # content reaches Cursor only when the whole file is written.
     eager_input_streaming: bool = True
+    # OpenAI kinds: send a prompt_cache_key per conversation. OpenAI routes a request by a hash
+    # of its first tokens (the system prompt, the same in every conversation) and the key; one
+    # key for all conversations lets a busy prefix spill to machines without its cache.
+    prompt_cache_key: bool = False
     # Where this entry came from, so a missing env var can be reported like a file error.
     source: str = attrs.field(default=DEFAULTS_SOURCE, eq=False, repr=False)
     key_path: str = attrs.field(default="providers", eq=False, repr=False)
@@ -120,6 +126,9 @@ class ModelConfig:
     enabled: bool = True
     # Shown to Cursor as a thinking (reasoning) model.
     thinking: bool = False
+    # Top-level request fields added to every call of this model, in the file's order
+    # (``[models.extra_body]``): reasoning effort, a thinking budget, sampling settings.
+    extra_body: tuple[tuple[str, Any], ...] = ()
 
 
 @attrs.frozen
@@ -193,6 +202,7 @@ _PROVIDER_KEYS = (
     "api_key",
     "prompt_cache",
     "eager_input_streaming",
+    "prompt_cache_key",
 )
 _MODEL_KEYS = (
     "id",
@@ -204,6 +214,7 @@ _MODEL_KEYS = (
     "replay_reasoning",
     "enabled",
     "thinking",
+    "extra_body",
 )
 _MODELS_LIST_KEYS = ("placement",)
 _PROXY_KEYS = ("enabled", "host", "port", "intercept")
@@ -265,6 +276,9 @@ def _provider(t: Table) -> ProviderConfig:
     eager = t.boolean("eager_input_streaming")
     if eager is not None and kind != "anthropic":
         raise t.error("eager_input_streaming", "applies to anthropic providers")
+    cache_key = t.boolean("prompt_cache_key")
+    if cache_key is not None and kind == "anthropic":
+        raise t.error("prompt_cache_key", "applies to OpenAI providers (Anthropic has prompt_cache)")
     assert pid is not None
     return ProviderConfig(
         id=pid,
@@ -274,9 +288,18 @@ def _provider(t: Table) -> ProviderConfig:
         api_key=api_key,
         prompt_cache=pick(prompt_cache, True),
         eager_input_streaming=pick(eager, True),
+        prompt_cache_key=pick(cache_key, default_prompt_cache_key(kind, base_url)),
         source=t.source,
         key_path=t.path,
     )
+
+
+def default_prompt_cache_key(kind: str, base_url: str) -> bool:
+    """On for the Responses API and for OpenAI's own Chat endpoint; off for other Chat servers,
+    some of which refuse fields they do not know."""
+    if kind == "openai_responses":
+        return True
+    return kind == "openai_chat" and urlsplit(base_url).hostname == "api.openai.com"
 
 
 def _model(t: Table) -> ModelConfig:
@@ -297,6 +320,7 @@ def _model(t: Table) -> ModelConfig:
         replay_reasoning=pick(t.boolean("replay_reasoning"), True),
         enabled=pick(t.boolean("enabled"), True),
         thinking=pick(t.boolean("thinking"), False),
+        extra_body=tuple(t.json_table("extra_body").items()),
     )
 
 
@@ -344,13 +368,17 @@ def _build(source: str, data: Mapping[str, object], overrides: Mapping[str, obje
     _unique_ids(source, "providers", [p.id for p in providers])
     models = [_model(t) for t in root.tables("models")]
     _unique_ids(source, "models", [m.id for m in models])
-    known = {p.id for p in providers}
+    known = {p.id: p for p in providers}
     for i, m in enumerate(models):
         if m.provider not in known:
             listing = ", ".join(sorted(known)) or "none configured"
             raise ConfigError(
                 source, f"models[{i}].provider", f"unknown provider {m.provider!r} (known: {listing})"
             )
+        problem = extra_body_problem(known[m.provider].kind, m)
+        if problem is not None:
+            key, text = problem
+            raise ConfigError(source, f"models[{i}].extra_body{key}", text)
     return Config(
         server=server,
         providers=tuple(providers),

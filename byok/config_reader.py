@@ -7,8 +7,9 @@ module stays below ``byok.config`` instead of importing it back.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import TypeVar
+import math
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 T = TypeVar("T")
@@ -109,10 +110,33 @@ class Table:
             out.append(Table(self.source, item_path, item, self.make_error))
         return out
 
+    def json_table(self, key: str) -> dict[str, Any]:
+        """A table whose values go into a JSON request as they are: nothing JSON cannot hold
+        (a date/time, an infinite or NaN float) at any depth."""
+        value = self._get(key, False, lambda v: isinstance(v, dict), "table")
+        assert value is None or isinstance(value, dict)
+        for path, bad in _non_json(value or {}, ""):
+            raise self.error(f"{key}{path}", f"{bad} cannot be sent as JSON")
+        return dict(value or {})
+
     def table(self, key: str) -> Table:
         value = self._get(key, False, lambda v: isinstance(v, dict), "table")
         assert value is None or isinstance(value, dict)
         return Table(self.source, self.key_path(key), value or {}, self.make_error)
+
+
+def _non_json(value: object, path: str) -> Iterator[tuple[str, str]]:
+    """(key path, what) of each value in ``value`` that JSON cannot represent."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _non_json(v, f"{path}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _non_json(v, f"{path}[{i}]")
+    elif isinstance(value, float) and not math.isfinite(value):
+        yield path, f"the float {value}"
+    elif not isinstance(value, str | int | float | bool):
+        yield path, f"a {type_name(value)}"
 
 
 def pick(value: T | None, default: T) -> T:

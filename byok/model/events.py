@@ -92,9 +92,12 @@ class ProviderError(Exception):
         status: int | None = None,
         retryable: bool = False,
         retry_after_s: float | None = None,
+        output_limit: bool = False,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
         self.retryable = retryable
         self.retry_after_s = retry_after_s
+        # The answer stopped at the output token limit: a larger max_output_tokens may fix it.
+        self.output_limit = output_limit

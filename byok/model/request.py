@@ -60,6 +60,9 @@ class ModelSettings:
     prompt_cache: bool = False
     # Anthropic only: eager_input_streaming on every tool (tool input streamed unbuffered).
     eager_input_streaming: bool = False
+    # OpenAI kinds: sent as prompt_cache_key when set (one per conversation, so its growing
+    # prefix is routed to the machine that cached the previous turn).
+    cache_key: str = ""
 
 
 @attrs.frozen

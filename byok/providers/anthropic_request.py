@@ -11,7 +11,6 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from byok.model.events import ProviderError
 from byok.model.messages import ReplayState, ToolCall
 from byok.model.request import (
     AssistantTurn,
@@ -223,19 +222,3 @@ def _tool_input(arguments: str) -> dict[str, Any]:
 
 def _saved_blocks(replay: ReplayState | None) -> list[dict[str, Any]] | None:
     return saved_list(replay, ANTHROPIC, "blocks")
-
-
-# Fields added by default, and the provider option that leaves each out (config.py).
-_OPTIONAL_FIELDS = (("cache_control", "prompt_cache"), ("eager_input_streaming", "eager_input_streaming"))
-
-
-def refused_option_hint(provider_id: str, e: ProviderError) -> str:
-    """For an Anthropic-compatible server that refuses a field added by default (its 400's
-    message names the field): which provider option turns it off; else ""."""
-    if e.status != 400:
-        return ""
-    named = [option for field, option in _OPTIONAL_FIELDS if field in e.message]
-    if not named:
-        return ""
-    settings = " and ".join(f"{option} = false" for option in named)
-    return f" (if this server does not support it, set {settings} on provider {provider_id!r})"

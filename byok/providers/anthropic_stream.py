@@ -179,7 +179,7 @@ class AnthropicStreamParser(SSEStreamParser):
             raise ProviderError(f"message_stop with content block {unclosed[0]} still open")
         stop = self._stop_reason
         if stop in _FAILING_STOPS:
-            raise ProviderError(_FAILING_STOPS[stop])
+            raise ProviderError(_FAILING_STOPS[stop], output_limit=stop == "max_tokens")
         if stop not in ("end_turn", "stop_sequence", "tool_use"):
             raise ProviderError(f"unexpected stop_reason={stop!r}")
         if stop == "tool_use" and not self._calls:

@@ -61,3 +61,23 @@ def retry_after_seconds(value: str | None) -> float | None:
     except ValueError:
         return None
     return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+# Fields byok adds by default, per provider kind, and the provider option that leaves each out.
+_OPTIONAL_FIELDS = {
+    "anthropic": (("cache_control", "prompt_cache"), ("eager_input_streaming", "eager_input_streaming")),
+    "openai_chat": (("prompt_cache_key", "prompt_cache_key"),),
+    "openai_responses": (("prompt_cache_key", "prompt_cache_key"),),
+}
+
+
+def refused_option_hint(provider_id: str, kind: str, e: ProviderError) -> str:
+    """For a compatible server that refuses a field added by default (its 400's message names
+    the field): which provider option turns it off; else ""."""
+    if e.status != 400:
+        return ""
+    named = [option for field, option in _OPTIONAL_FIELDS.get(kind, ()) if field in e.message]
+    if not named:
+        return ""
+    settings = " and ".join(f"{option} = false" for option in named)
+    return f" (if this server does not support it, set {settings} on provider {provider_id!r})"

@@ -46,8 +46,10 @@ def render_request(req: ModelRequest) -> RenderedRequest:
         "model": s.upstream_model,
         "stream": True,
         "stream_options": {"include_usage": True},
-        "messages": SLOT,
     }
+    if s.cache_key:
+        body["prompt_cache_key"] = s.cache_key
+    body["messages"] = SLOT
     tools = place_tools(body, _tool, req.tools)
     if s.max_output_tokens is not None:
         body["max_tokens"] = s.max_output_tokens

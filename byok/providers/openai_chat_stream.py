@@ -152,7 +152,9 @@ class ChatStreamParser(SSEStreamParser):
         if finish is None:
             raise ProviderError("stream ended before finish_reason")
         if finish == "length":
-            raise ProviderError("response cut off at the output token limit (finish_reason=length)")
+            raise ProviderError(
+                "response cut off at the output token limit (finish_reason=length)", output_limit=True
+            )
         if finish == "content_filter":
             raise ProviderError(
                 "response blocked by the provider's content filter (finish_reason=content_filter)"

@@ -54,6 +54,8 @@ def render_request(req: ModelRequest) -> RenderedRequest:
         # Without stored responses, encrypted reasoning is the only way to carry it forward.
         "include": ["reasoning.encrypted_content"],
     }
+    if s.cache_key:
+        body["prompt_cache_key"] = s.cache_key
     if req.system:
         body["instructions"] = req.system
     body["input"] = SLOT

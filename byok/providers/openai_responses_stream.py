@@ -89,7 +89,10 @@ class ResponsesStreamParser(SSEStreamParser):
         if kind == "response.incomplete":
             details = (obj.get("response") or {}).get("incomplete_details") or {}
             reason = details.get("reason") or "unknown"
-            raise ProviderError(f"response incomplete: {reason} (the answer was cut off)")
+            raise ProviderError(
+                f"response incomplete: {reason} (the answer was cut off)",
+                output_limit=reason == "max_output_tokens",
+            )
         if not self._started:
             self._started = True
             out.append(Started())

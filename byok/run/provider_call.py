@@ -8,6 +8,7 @@ CallLog, never awaited).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -16,6 +17,7 @@ import attrs
 import httpx
 import trio
 
+from byok.config import ModelConfig
 from byok.cursor import encode, tool_frames
 from byok.cursor.tools.base import ArgsStream, ToolDef
 from byok.http.connect_envelope import ConnectError, provider_error_details
@@ -25,7 +27,8 @@ from byok.model import events as ev
 from byok.model.request import ModelRequest, RenderedRequest
 from byok.model.usage import Usage
 from byok.providers.adapters import Adapter
-from byok.providers.anthropic_request import refused_option_hint
+from byok.providers.anthropic_request import DEFAULT_MAX_TOKENS
+from byok.providers.http_errors import refused_option_hint
 from byok.providers.kinds import ANTHROPIC
 from byok.providers.retry import stream_with_retries
 from byok.providers.runner import CallStats, StreamParser
@@ -35,6 +38,26 @@ from byok.run.crash import crash_point
 from byok.store import LlmCallRecord
 
 log = logging.getLogger("byok.provider")
+
+
+def cache_key(conversation_id: str) -> str:
+    """The conversation's prompt_cache_key: the same across turns and restarts, and not the
+    client's id itself."""
+    return "byok-" + hashlib.sha256(conversation_id.encode()).hexdigest()[:32]
+
+
+def output_limit_hint(model: ModelConfig, kind: str) -> str:
+    """What to raise when ``model``'s answer stops at the output token limit ("" when byok sends
+    no limit: then it is the provider's own)."""
+    if model.max_output_tokens is not None:
+        limit = model.max_output_tokens
+        return f" (model {model.id!r} has max_output_tokens = {limit}; raise it in the config)"
+    if kind == ANTHROPIC:
+        return (
+            f" (model {model.id!r} has the default max_output_tokens = {DEFAULT_MAX_TOKENS};"
+            " set a higher one in the config)"
+        )
+    return ""
 
 
 class ProviderCallFailed(Exception):
@@ -59,6 +82,8 @@ class CallContext:
     call_log: CallLog
     max_tries: int = 4
     retry_base_s: float = 0.5
+    # Appended to an answer cut off at the output token limit: which setting to raise.
+    output_limit_hint: str = ""
 
 
 async def call_model(ctx: CallContext, request: ModelRequest) -> ModelCallResult:
@@ -140,7 +165,9 @@ async def call_model(ctx: CallContext, request: ModelRequest) -> ModelCallResult
         )
         result = call.result()
     except ev.ProviderError as e:
-        hint = refused_option_hint(ctx.provider_id, e) if ctx.adapter.kind == ANTHROPIC else ""
+        hint = refused_option_hint(ctx.provider_id, ctx.adapter.kind, e)
+        if e.output_limit:
+            hint += ctx.output_limit_hint
         text = e.message + hint
         exc, failure = e, ConnectError("unavailable", text, provider_error_details(text))
     except ModelProtocolError as e:

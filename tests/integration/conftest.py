@@ -68,6 +68,7 @@ async def start_daemon(
     nursery: trio.Nursery,
     kind: str = "openai_chat",
     upstream: str = "http://127.0.0.1:9",
+    extra: str = "",
 ) -> AsyncIterator[Daemon]:
     """The real daemon on an ephemeral loopback port, its provider a FakeProvider of ``kind``."""
     provider = FakeProvider()
@@ -76,7 +77,9 @@ async def start_daemon(
         provider_url = provider_url.removesuffix("/v1")  # Anthropic base URLs carry no /v1
     data_dir = tmp_path / "data"
     config_path = tmp_path / "byok.toml"
-    write_config(config_path, provider_url=provider_url, data_dir=data_dir, kind=kind, upstream=upstream)
+    write_config(
+        config_path, provider_url=provider_url, data_dir=data_dir, kind=kind, upstream=upstream, extra=extra
+    )
     config = load_config(config_path, overrides={})
     base_url, shutdown = await nursery.start(run_daemon, config)
     async with httpx.AsyncClient(timeout=30) as client:

@@ -103,6 +103,13 @@ async def test_tool_round_with_replay(kind: str, tmp_path: Path, nursery: trio.N
         else:
             assert "cache_control" not in first.json
             assert first.headers["authorization"] == "Bearer sk-test"
+        if kind == "openai_responses":
+            # One routing key per conversation, the same on every call (and never its id).
+            key = first.json["prompt_cache_key"]
+            assert key.startswith("byok-") and "c-openai_responses" not in key
+            assert second.json["prompt_cache_key"] == key
+        else:  # Anthropic has no such field; a Chat server other than OpenAI's gets none by default
+            assert "prompt_cache_key" not in first.json
         check_replay(kind, second.json)
         if kind != "openai_chat":
             kinds = tr.kinds()
@@ -130,3 +137,60 @@ async def test_a_refused_default_field_names_the_option_that_leaves_it_out(
         assert error["message"].startswith("HTTP 400: cache_control: Extra inputs are not permitted")
         assert "set prompt_cache = false on provider" in error["message"]
         assert "eager_input_streaming" not in error["message"]
+
+
+THINKING_MODEL = """max_output_tokens = 32000
+[models.extra_body]
+thinking = { type = "enabled", budget_tokens = 16000 }
+temperature = 1
+"""
+
+
+async def test_extra_body_reaches_every_request_and_a_cut_off_answer_names_the_limit(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    """A model's ``[models.extra_body]`` (here Anthropic extended thinking) goes into each request
+    after byok's own fields; an answer stopped at the output limit says which setting to raise."""
+    async with start_daemon(tmp_path, nursery, kind="anthropic", extra=THINKING_MODEL) as d:
+        d.provider.enqueue(
+            anthropic_text_script(["Hi."], thinking=["Short."], signature="sig-1"),
+            anthropic_text_script(["A long"], stop_reason="max_tokens"),
+        )
+        ok = await d.sim.run(
+            "req-think", user_turn("hi", conversation_id="c-think", model_id="byok-demo", message_id="m1")
+        )
+        assert ok.end_stream == {} and ok.text() == "Hi."
+        body = d.provider.requests[0].json
+        assert body["max_tokens"] == 32000
+        assert body["thinking"] == {"type": "enabled", "budget_tokens": 16000}
+        assert body["temperature"] == 1
+        assert list(body)[-2:] == ["thinking", "temperature"]  # after byok's own, in the file's order
+        cut = await d.sim.run(
+            "req-cut", user_turn("more", conversation_id="c-think", model_id="byok-demo", message_id="m2")
+        )
+        error = cut.error
+        assert error is not None and error["code"] == "unavailable"
+        assert "stop_reason=max_tokens" in error["message"]
+        assert "model 'byok-demo' has max_output_tokens = 32000; raise it in the config" in error["message"]
+        second = d.provider.requests[1].json
+        # The thinking block of the first answer goes back with its signature.
+        assert second["messages"][1]["content"][0] == {
+            "type": "thinking",
+            "thinking": "Short.",
+            "signature": "sig-1",
+        }
+
+
+async def test_a_responses_server_refusing_the_cache_key_names_its_option(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    async with start_daemon(tmp_path, nursery, kind="openai_responses") as d:
+        d.provider.enqueue(error_script(400, "Unrecognized request argument supplied: prompt_cache_key"))
+        tr = await d.sim.run(
+            "req-key", user_turn("hi", conversation_id="c-key", model_id="byok-demo", message_id="m")
+        )
+        error = tr.error
+        assert error is not None and error["code"] == "unavailable"
+        assert error["message"].endswith(
+            "(if this server does not support it, set prompt_cache_key = false on provider 'fake')"
+        )

@@ -152,6 +152,7 @@ def test_failures(name: str, pattern: str) -> None:
     with pytest.raises(ProviderError, match=pattern) as e:
         parse(fixture(name))
     assert not e.value.retryable
+    assert e.value.output_limit == (name == "max_tokens.sse")
 
 
 def test_overloaded_error_after_output_is_retryable_kind() -> None:

@@ -213,14 +213,15 @@ def test_invalid_toml_has_line_and_column(tmp_path: Path) -> None:
         (
             MINIMAL_PROVIDER + 'apikey = "x"',
             "providers[0].apikey: unknown key "
-            "(allowed: id, kind, base_url, api_key_env, api_key, prompt_cache, eager_input_streaming)",
+            "(allowed: id, kind, base_url, api_key_env, api_key, prompt_cache, eager_input_streaming, "
+            "prompt_cache_key)",
         ),
         (
             MINIMAL_PROVIDER + '[[models]]\nid = "m"\nprovider = "local"\nupstream_model = "x"\n'
             "context_tokens = 1\nupstream_modle = 2",
             "models[0].upstream_modle: unknown key (allowed: id, "
             "provider, upstream_model, context_tokens, display_name, max_output_tokens, replay_reasoning, "
-            "enabled, thinking)",
+            "enabled, thinking, extra_body)",
         ),
     ],
 )
@@ -415,3 +416,126 @@ def test_proxy_section(tmp_path: Path) -> None:
 )
 def test_models_list_and_proxy_errors(tmp_path: Path, text: str, expected: str) -> None:
     assert error_for(tmp_path, text) == expected
+
+
+def _with_kind(kind: str) -> str:
+    return MINIMAL_PROVIDER.replace('"openai_chat"', f'"{kind}"') + MODEL.format(id="m")
+
+
+def test_extra_body_is_kept_in_file_order_with_its_nested_values(tmp_path: Path) -> None:
+    text = (
+        _with_kind("openai_responses")
+        + '[models.extra_body]\nreasoning = { effort = "high", summary = "auto" }\n'
+        + "top_p = 0.5\nmetadata = { tags = [1, 2.5, true] }\n"
+    )
+    (m,) = load_config(write(tmp_path, text), overrides={}).models
+    assert m.extra_body == (
+        ("reasoning", {"effort": "high", "summary": "auto"}),
+        ("top_p", 0.5),
+        ("metadata", {"tags": [1, 2.5, True]}),
+    )
+    (plain,) = load_config(write(tmp_path, _with_kind("openai_chat")), overrides={}).models
+    assert plain.extra_body == ()
+
+
+@pytest.mark.parametrize(
+    ("kind", "extra", "expected"),
+    [
+        (
+            "openai_chat",
+            'model = "x"',
+            "extra_body.model: byok sets 'model' itself; set upstream_model instead",
+        ),
+        ("openai_chat", "stream = false", "extra_body.stream: byok sets 'stream' itself"),
+        ("openai_chat", "messages = []", "extra_body.messages: byok sets 'messages' itself"),
+        (
+            "openai_chat",
+            "max_tokens = 5",
+            "extra_body.max_tokens: byok sets 'max_tokens' itself; set max_output_tokens instead",
+        ),
+        ("openai_responses", 'include = ["x"]', "extra_body.include: byok sets 'include' itself"),
+        ("openai_responses", "store = true", "extra_body.store: byok sets 'store' itself"),
+        ("anthropic", 'system = "x"', "extra_body.system: byok sets 'system' itself"),
+        (
+            "anthropic",
+            'cache_control = { type = "ephemeral" }',
+            "extra_body.cache_control: byok sets 'cache_control' itself; "
+            "set prompt_cache (on the provider) instead",
+        ),
+        (
+            "anthropic",
+            'thinking = { type = "enabled", budget_tokens = 10000 }',
+            "extra_body.thinking.budget_tokens: 10000 must be below the default max_output_tokens (8192), "
+            "which includes the thinking; raise max_output_tokens",
+        ),
+        ("openai_chat", "when = 1979-05-27", "extra_body.when: a date/time cannot be sent as JSON"),
+        ("openai_chat", "a = { b = [1, nan] }", "extra_body.a.b[1]: the float nan cannot be sent as JSON"),
+        ("openai_chat", "", "extra_body: expected table, got integer"),
+    ],
+)
+def test_extra_body_refuses_what_byok_sets_and_what_json_cannot_hold(
+    tmp_path: Path, kind: str, extra: str, expected: str
+) -> None:
+    body = "extra_body = 3\n" if not extra else f"[models.extra_body]\n{extra}\n"
+    assert error_for(tmp_path, _with_kind(kind) + body) == f"models[0].{expected}"
+
+
+def test_thinking_budget_below_a_configured_limit_and_other_thinking_shapes_pass(tmp_path: Path) -> None:
+    budget = (
+        _with_kind("anthropic") + "max_output_tokens = {limit}\n[models.extra_body]\nthinking = {thinking}\n"
+    )
+    ok = budget.format(limit=20000, thinking='{ type = "enabled", budget_tokens = 16000 }')
+    assert load_config(write(tmp_path, ok), overrides={}).models[0].max_output_tokens == 20000
+    adaptive = budget.format(limit=20000, thinking='{ type = "adaptive" }')
+    assert load_config(write(tmp_path, adaptive), overrides={}).models[0].extra_body
+    over = budget.format(limit=16000, thinking='{ type = "enabled", budget_tokens = 16000 }')
+    assert error_for(tmp_path, over) == (
+        "models[0].extra_body.thinking.budget_tokens: 16000 must be below max_output_tokens (16000), "
+        "which includes the thinking; raise max_output_tokens"
+    )
+    # Thinking is Anthropic's field: other kinds send it as given.
+    chat = (
+        _with_kind("openai_chat")
+        + '[models.extra_body]\nthinking = { type = "enabled", budget_tokens = 99999 }\n'
+    )
+    assert load_config(write(tmp_path, chat), overrides={}).models[0].extra_body
+
+
+def test_output_limit_hint_names_the_setting_to_raise() -> None:
+    from byok.run.provider_call import output_limit_hint
+
+    model = ModelConfig(id="m", provider="p", upstream_model="u", context_tokens=1)
+    assert output_limit_hint(model, "anthropic") == (
+        " (model 'm' has the default max_output_tokens = 8192; set a higher one in the config)"
+    )
+    assert output_limit_hint(model, "openai_chat") == ""  # no limit sent: the provider's own
+    limited = ModelConfig(id="m", provider="p", upstream_model="u", context_tokens=1, max_output_tokens=900)
+    assert output_limit_hint(limited, "openai_responses") == (
+        " (model 'm' has max_output_tokens = 900; raise it in the config)"
+    )
+
+
+def test_prompt_cache_key_defaults_by_kind_and_host(tmp_path: Path) -> None:
+    def provider(kind: str, base_url: str, extra: str = "") -> ProviderConfig:
+        text = f'[[providers]]\nid = "p"\nkind = "{kind}"\nbase_url = "{base_url}"\n{extra}'
+        return load_config(write(tmp_path, text), overrides={}).providers[0]
+
+    assert provider("openai_responses", "http://127.0.0.1:1/v1").prompt_cache_key is True
+    assert provider("openai_chat", "https://api.openai.com/v1").prompt_cache_key is True
+    assert provider("openai_chat", "https://api.deepseek.com/v1").prompt_cache_key is False
+    assert provider(
+        "openai_chat", "https://api.deepseek.com/v1", "prompt_cache_key = true\n"
+    ).prompt_cache_key
+    assert not provider(
+        "openai_responses", "https://api.openai.com/v1", "prompt_cache_key = false\n"
+    ).prompt_cache_key
+    anthropic = '[[providers]]\nid = "p"\nkind = "anthropic"\nbase_url = "https://api.anthropic.com"\n'
+    assert error_for(tmp_path, anthropic + "prompt_cache_key = true\n") == (
+        "providers[0].prompt_cache_key: applies to OpenAI providers (Anthropic has prompt_cache)"
+    )
+    assert error_for(
+        tmp_path, _with_kind("openai_responses") + '[models.extra_body]\nprompt_cache_key = "k"\n'
+    ) == (
+        "models[0].extra_body.prompt_cache_key: byok sets 'prompt_cache_key' itself; "
+        "set prompt_cache_key (on the provider) instead"
+    )

@@ -165,6 +165,7 @@ def test_finish_length_is_an_error() -> None:
     with pytest.raises(ProviderError, match=r"finish_reason=length") as e:
         parse(fixture("finish_length.sse"))
     assert not e.value.retryable
+    assert e.value.output_limit  # the run's error then names max_output_tokens
 
 
 def test_error_chunk_inside_a_200_stream() -> None:

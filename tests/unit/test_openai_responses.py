@@ -166,6 +166,7 @@ def test_incomplete_names_the_reason() -> None:
     with pytest.raises(ProviderError, match="max_output_tokens") as e:
         parse(fixture("incomplete_max_output.sse"))
     assert not e.value.retryable
+    assert e.value.output_limit
 
 
 def test_failed_and_error_events() -> None:

@@ -55,8 +55,10 @@ def plain_chat(req: ModelRequest) -> bytes:
         "model": req.settings.upstream_model,
         "stream": True,
         "stream_options": {"include_usage": True},
-        "messages": messages,
     }
+    if req.settings.cache_key:
+        body["prompt_cache_key"] = req.settings.cache_key
+    body["messages"] = messages
     if req.tools:
         body["tools"] = [
             {
@@ -87,6 +89,8 @@ def plain_responses(req: ModelRequest) -> bytes:
         "store": False,
         "include": ["reasoning.encrypted_content"],
     }
+    if req.settings.cache_key:
+        body["prompt_cache_key"] = req.settings.cache_key
     if req.system:
         body["instructions"] = req.system
     body["input"] = items
@@ -486,12 +490,22 @@ steps = st.one_of(
     system=st.one_of(st.just(""), texts),
     flag=st.booleans(),
     copy=st.booleans(),
+    cache=st.booleans(),
 )
 def test_a_render_after_other_renders_is_the_plain_full_render(
-    kind: str, start: tuple[Any, ...], plan: list[tuple[str, Any]], system: str, flag: bool, copy: bool
+    kind: str,
+    start: tuple[Any, ...],
+    plan: list[tuple[str, Any]],
+    system: str,
+    flag: bool,
+    copy: bool,
+    cache: bool,
 ) -> None:
     tools = (ToolSpec("Read", "reads", '{"type":"object"}'),)
-    model_settings = ModelSettings("m", None, flag)
+    if kind == "anthropic":  # each kind's caching fields on or off
+        model_settings = ModelSettings("m", None, flag, prompt_cache=cache, eager_input_streaming=cache)
+    else:
+        model_settings = ModelSettings("m", None, flag, cache_key="byok-k" if cache else "")
     history = start
     for op, arg in plan:
         if op == "grow":
