@@ -25,7 +25,7 @@ bench: $(STAMP)
 	$(BIN)/python -m pytest -q tests/bench -s
 
 # Long fuzz run, not part of `make test`: the properties of tests/fuzz with FUZZ_EXAMPLES examples
-# per target (26 targets x 40,000 ~ 10^6). Results are recorded in docs/fuzzing.md.
+# per target (30 targets x 40,000 ~ 1.2 x 10^6). Results are recorded in docs/fuzzing.md.
 FUZZ_EXAMPLES ?= 40000
 .PHONY: fuzz
 fuzz: $(STAMP)

@@ -14,7 +14,9 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 class BodyTooLarge(Exception):
-    pass
+    def __init__(self, message: str, head: bytes = b"") -> None:
+        super().__init__(message)
+        self.head = head  # what was read before the limit was crossed, that chunk included
 
 
 class ClientGone(Exception):
@@ -30,9 +32,9 @@ async def read_body(receive: Receive, limit: int) -> bytes:
             raise ClientGone
         chunk = event.get("body", b"")
         size += len(chunk)
-        if size > limit:
-            raise BodyTooLarge(f"request body exceeds {limit} bytes")
         chunks.append(chunk)
+        if size > limit:
+            raise BodyTooLarge(f"request body exceeds {limit} bytes", b"".join(chunks))
         if not event.get("more_body", False):
             return b"".join(chunks)
 

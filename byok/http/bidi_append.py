@@ -13,8 +13,10 @@ from byok.config import Config
 from byok.cursor import proto_decode
 from byok.cursor.request import requested_model_id
 from byok.http import state_ids
+from byok.http.append_skim import AppendSkim, exec_id_of
 from byok.http.asgi import (
     BodyTooLarge,
+    ClientGone,
     Receive,
     Scope,
     Send,
@@ -24,7 +26,7 @@ from byok.http.asgi import (
     respond,
     respond_connect_error,
 )
-from byok.http.connect_envelope import ConnectError, decode_unary_body
+from byok.http.connect_envelope import ConnectError, ProtocolError, decode_unary_body
 from byok.http.wire_check import well_typed
 from byok.pb.agent import v1 as agent
 from byok.pb.aiserver import v1 as aiserver
@@ -32,6 +34,10 @@ from byok.run.bidi_order import OrderBufferFull
 from byok.run.slot import RunRegistry, RunSlot
 
 log = logging.getLogger("byok.http")
+
+# An append over max_body_bytes is read through (not kept) up to this many times the limit,
+# raw or inflated, to find which exec it answers.
+SKIM_LIMIT_FACTOR = 8
 
 
 def parse_client_message(raw: bytes) -> agent.AgentClientMessage | None:
@@ -84,7 +90,7 @@ class BidiAppends:
         try:
             body = await read_body(receive, self.max_body)
         except BodyTooLarge as e:
-            await respond_connect_error(send, ConnectError("resource_exhausted", str(e)))
+            await self._oversized(scope, receive, send, e)
             return
         try:
             raw = decode_unary_body(
@@ -147,6 +153,69 @@ class BidiAppends:
         try:
             if err is not None:
                 log.warning("request %s: append %s rejected: %s", rid, req.append_seqno, err)
+                await respond_connect_error(send, err)
+                return
+            await respond(send, 200, b"", "application/proto")
+        finally:
+            slot.release()
+
+    async def _oversized(self, scope: Scope, receive: Receive, send: Send, too_large: BodyTooLarge) -> None:
+        """An append over max_body_bytes, read to its end keeping only its routing fields
+        (append_skim.py). An exec result becomes that exec's failure, in its seqno's place, so
+        the run goes on; anything else is refused as before."""
+        refusal = ConnectError("resource_exhausted", str(too_large))
+        try:
+            skim = AppendSkim(
+                header(scope, "content-type") or "",
+                header(scope, "content-encoding"),
+                inflate_limit=SKIM_LIMIT_FACTOR * self.max_body,
+            )
+            skim.feed(too_large.head)
+            read = len(too_large.head)
+            more = True
+            while more:
+                event = await receive()
+                if event["type"] == "http.disconnect":
+                    raise ClientGone
+                chunk = event.get("body", b"")
+                read += len(chunk)
+                if read > SKIM_LIMIT_FACTOR * self.max_body:
+                    raise ProtocolError("body too large to read through", "resource_exhausted")
+                skim.feed(chunk)
+                more = event.get("more_body", False)
+            got = skim.result()
+        except ProtocolError as e:
+            log.warning("BidiAppend refused: %s (%s)", refusal.message, e.message)
+            await respond_connect_error(send, refusal)
+            return
+        slot = self.registry.get(got.request_id)
+        exec_id = exec_id_of(got.data_head)
+        if slot is None or slot.kind != "agent" or exec_id is None or got.has_binary:
+            log.warning("request %s: append %s refused: %s", got.request_id, got.seqno, refusal.message)
+            await respond_connect_error(send, refusal)
+            return
+        size = got.data_size // 2
+        log.warning(
+            "request %s: exec %s's result (%d bytes) is over max_body_bytes; the exec fails",
+            got.request_id,
+            exec_id,
+            size,
+        )
+        text = (
+            f"the tool's result was {size:,} bytes, more than byok accepts in one message "
+            f"([server] max_body_bytes = {self.max_body:,}; Cursor sends it hex-encoded, twice "
+            "its size), so it was not received. Ask for less output (a narrower search, a line "
+            "range), or raise max_body_bytes."
+        )
+        failed = agent.AgentClientMessage(
+            exec_client_control_message=agent.ExecClientControlMessage(
+                throw=agent.ExecClientThrow(id=exec_id, error=text)
+            )
+        )
+        err = self.append(slot, got.seqno, failed, 0)
+        try:
+            if err is not None:
+                log.warning("request %s: append %s rejected: %s", got.request_id, got.seqno, err)
                 await respond_connect_error(send, err)
                 return
             await respond(send, 200, b"", "application/proto")

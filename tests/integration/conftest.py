@@ -35,6 +35,7 @@ def write_config(
     extra: str = "",
     kind: str = "openai_chat",
     upstream: str = "http://127.0.0.1:9",
+    server_extra: str = "",
 ) -> None:
     path.write_text(
         f"""
@@ -45,6 +46,7 @@ data_dir = "{data_dir}"
 upstream = "{upstream}"
 kv_ack_timeout_s = 5.0
 provider_retry_base_s = 0.01
+{server_extra}
 
 [[providers]]
 id = "fake"
@@ -69,6 +71,7 @@ async def start_daemon(
     kind: str = "openai_chat",
     upstream: str = "http://127.0.0.1:9",
     extra: str = "",
+    server_extra: str = "",
 ) -> AsyncIterator[Daemon]:
     """The real daemon on an ephemeral loopback port, its provider a FakeProvider of ``kind``."""
     provider = FakeProvider()
@@ -78,7 +81,13 @@ async def start_daemon(
     data_dir = tmp_path / "data"
     config_path = tmp_path / "byok.toml"
     write_config(
-        config_path, provider_url=provider_url, data_dir=data_dir, kind=kind, upstream=upstream, extra=extra
+        config_path,
+        provider_url=provider_url,
+        data_dir=data_dir,
+        kind=kind,
+        upstream=upstream,
+        extra=extra,
+        server_extra=server_extra,
     )
     config = load_config(config_path, overrides={})
     base_url, shutdown = await nursery.start(run_daemon, config)

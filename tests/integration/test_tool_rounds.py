@@ -18,7 +18,7 @@ from byok.devtools.cursor_sim import CursorSim, Transcript, user_turn
 from byok.devtools.workspace_exec import WorkspaceExecutor
 from byok.pb.agent import v1 as agent
 from byok.store import SQLiteStore
-from tests.integration.conftest import Daemon
+from tests.integration.conftest import Daemon, start_daemon
 from tests.integration.test_spine import assert_checkpoints_reference_only_acked
 from tests.support.fake_provider import chat_text_script, chat_tool_script
 from tests.support.run_driver import resume_request
@@ -381,3 +381,36 @@ async def test_two_rounds_then_text(env: Env) -> None:
     assert_round_order(tr, env.daemon, rounds=2)
     assert_prefix_property(env.daemon)
     assert_checkpoints_reference_only_acked(tr, env.sim.blobs)
+
+
+async def test_a_result_over_max_body_bytes_fails_its_exec_and_the_run_goes_on(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    """Cursor's append carrying a result too large to accept: the daemon reads it through without
+    keeping it, fails that exec with an error naming max_body_bytes, and takes the round's
+    later appends in order; the model gets the error and the run ends normally."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "big.txt").write_text("".join(f"line {i:06d} of a large file\n" for i in range(4000)))
+    (root / "small.txt").write_text("tiny\n")
+    async with start_daemon(tmp_path, nursery, server_extra="max_body_bytes = 65536") as d:
+        executor = WorkspaceExecutor(root)
+        sim = CursorSim(d.base_url, d.client, executor=executor)
+        d.provider.enqueue(
+            chat_tool_script(
+                [("call_big", "Read", '{"path": "big.txt"}'), ("call_small", "Read", '{"path": "small.txt"}')]
+            ),
+            chat_text_script(["One was too large."]),
+        )
+        with trio.fail_after(10):
+            tr = await sim.run("req-big", turn("read both", conv="conv-big"))
+        await executor.aclose()
+    assert tr.end_stream == {}, tr.end_stream
+    assert tr.text() == "One was too large."
+    done = {c.call_id: c for c in completed(tr)}
+    assert set(done) == {"call_big", "call_small"}
+    assert done["call_small"].tool_call.read_tool_call.result.success is not None
+    second = {m.get("tool_call_id"): m for m in provider_messages(d)[1] if m["role"] == "tool"}
+    big = second["call_big"]["content"]
+    assert big.startswith("the tool's result was ") and "max_body_bytes = 65,536" in big
+    assert "tiny" in second["call_small"]["content"]
