@@ -135,7 +135,7 @@ async def run_daemon(
                 functools.partial(
                     between_runs,
                     app.activity,
-                    functools.partial(release_caches, store),
+                    functools.partial(release_caches, store, app.supervisors),
                     idle_s=config.server.idle_release_s,
                     max_gap_s=math.inf,
                 )

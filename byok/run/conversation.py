@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 
 import attrs
@@ -110,7 +111,6 @@ class ConversationSupervisor:
         self.conversation_id = conversation_id
         self.memory = ConversationMemory()
         self.active: ActiveRun | None = None
-        self.lock = trio.Lock()
 
     async def preempt(self) -> None:
         old = self.active
@@ -119,12 +119,40 @@ class ConversationSupervisor:
             await old.done.wait()
 
 
+# Conversations whose memory is kept between runs, most recent first. The daemon lives for weeks
+# and a user opens hundreds of conversations; each idle one kept ~1 MiB of ids at 5,000 messages.
+MAX_REMEMBERED = 32
+
+
 class Supervisors:
-    def __init__(self) -> None:
-        self._by_id: dict[str, ConversationSupervisor] = {}
+    """One supervisor per conversation with a run now or recently. An idle one (no active run)
+    may be forgotten, least recently used first, past ``max_remembered`` or on an idle release:
+    its next run starts as after a restart (the client's checkpoint tells the acked roots again,
+    the store the saved root ids). One with an active run is never forgotten: its ``active``
+    is how a new run finds the one to preempt."""
+
+    def __init__(self, max_remembered: int = MAX_REMEMBERED) -> None:
+        self._by_id: OrderedDict[str, ConversationSupervisor] = OrderedDict()
+        self.max_remembered = max_remembered
+
+    def __len__(self) -> int:
+        return len(self._by_id)
 
     def get(self, conversation_id: str) -> ConversationSupervisor:
         sup = self._by_id.get(conversation_id)
         if sup is None:
             sup = self._by_id[conversation_id] = ConversationSupervisor(conversation_id)
+        else:
+            self._by_id.move_to_end(conversation_id)
+        if len(self._by_id) > self.max_remembered:
+            idle = [cid for cid, s in self._by_id.items() if s.active is None and s is not sup]
+            for cid in idle[: len(self._by_id) - self.max_remembered]:
+                del self._by_id[cid]
         return sup
+
+    def forget_idle(self) -> int:
+        """Forget every conversation without an active run; how many were forgotten."""
+        idle = [cid for cid, s in self._by_id.items() if s.active is None]
+        for cid in idle:
+            del self._by_id[cid]
+        return len(idle)

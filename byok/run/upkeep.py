@@ -17,7 +17,8 @@ since the last time.
 A second one releases what the daemon keeps for fast next turns (``release_caches``) once no
 run has been active for ``idle_release_s`` (10 minutes by default). The shared caches are
 bounded (32 MiB of decoded histories, 24 MiB of request fragments, 24 MiB of element digests)
-but would otherwise stay full for the daemon's whole life. By then the providers' own prompt
+but would otherwise stay full for the daemon's whole life; what idle conversations remember of
+their clients (root ids, acked ids) goes too. By then the providers' own prompt
 caches have expired too (5 minutes is the usual lifetime), so the next turn's provider prefill
 costs far more than byok's cold start (about 0.1 s at 5,000 messages).
 """
@@ -36,6 +37,7 @@ import trio
 from byok.allocator import release_free_memory
 from byok.providers import rendering
 from byok.run.call_meter import forget_element_digests
+from byok.run.conversation import Supervisors
 from byok.store import AsyncStore, SQLiteStore, StoreError
 
 log = logging.getLogger("byok.upkeep")
@@ -135,16 +137,22 @@ async def checkpoint_while_calling(
                 log.warning("WAL checkpoint failed: %s", e)
 
 
-async def release_caches(store: AsyncStore) -> None:
+async def release_caches(store: AsyncStore, supervisors: Supervisors) -> None:
     """Drop every conversation's decoded history, request fragments and element digests (all
-    caches: the next turn reads them back from SQLite), then tidy up, which hands the memory back."""
+    caches: the next turn reads them back from SQLite) and what idle conversations remember of
+    their clients, then tidy up, which hands the memory back."""
+    forgotten = supervisors.forget_idle()
     try:
         await store.call(SQLiteStore.forget_cached)
     except StoreError as e:
         log.warning("could not drop the store's history cache: %s", e)
     held = rendering.forget_rendered()
     forget_element_digests()
-    log.debug("idle: released the caches (%.1f MiB of request fragments)", held / 2**20)
+    log.debug(
+        "idle: released the caches (%.1f MiB of request fragments, %d conversations)",
+        held / 2**20,
+        forgotten,
+    )
     await tidy(store)
 
 

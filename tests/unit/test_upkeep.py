@@ -14,6 +14,7 @@ import trio.testing
 from byok.model.messages import Message
 from byok.providers import rendering
 from byok.run import call_meter
+from byok.run.conversation import ActiveRun, Supervisors
 from byok.run.upkeep import (
     RunActivity,
     between_runs,
@@ -188,8 +189,16 @@ async def test_an_idle_release_drops_the_shared_caches_and_loses_nothing(tmp_pat
         call_meter.element_digests([b'{"role":"user"}'])
         assert rendering.FRAGMENTS.size > 0 and len(call_meter.ELEMENT_DIGESTS) > 0
 
-        await release_caches(store)
+        supervisors = Supervisors()
+        idle = supervisors.get("idle")
+        idle.memory.acked.add(b"x" * 32)
+        busy = supervisors.get("busy")
+        busy.active = ActiveRun("r", trio.CancelScope(), trio.Event())
 
+        await release_caches(store, supervisors)
+
+        assert len(supervisors) == 1 and supervisors.get("busy") is busy  # never a running one
+        assert supervisors.get("idle") is not idle and not supervisors.get("idle").memory.acked
         assert await store.call(lambda s: s.cached_bytes) == 0
         assert rendering.FRAGMENTS.size == 0 and len(rendering.FRAGMENTS) == 0
         assert len(call_meter.ELEMENT_DIGESTS) == 0
@@ -226,3 +235,22 @@ async def test_until_quiet_waits_for_the_last_active_run_or_gives_up(
     t1 = trio.current_time()
     await until_quiet(activity, 1.0)
     assert trio.current_time() == pytest.approx(t1 + 1.0)
+
+
+def test_supervisors_forget_the_least_recently_used_idle_conversations_past_the_bound() -> None:
+    supervisors = Supervisors(max_remembered=3)
+    running = supervisors.get("a")
+    running.active = ActiveRun("r", trio.CancelScope(), trio.Event())
+    b, c = supervisors.get("b"), supervisors.get("c")
+    assert supervisors.get("b") is b  # b is now more recent than c
+    d = supervisors.get("d")  # one over: the oldest idle one (c) goes, never the running a
+    assert len(supervisors) == 3
+    assert supervisors.get("a") is running and supervisors.get("d") is d
+    # Getting c back made it new again, so b (now the oldest idle one) went in its place.
+    assert supervisors.get("c") is not c and len(supervisors) == 3
+    assert supervisors.get("b") is not b
+    # When every other conversation runs, the bound gives way rather than drop a running one.
+    for sup in list(supervisors._by_id.values()):
+        sup.active = ActiveRun("r", trio.CancelScope(), trio.Event())
+    supervisors.get("e")
+    assert len(supervisors) == 4 and supervisors.forget_idle() == 1 and len(supervisors) == 3
