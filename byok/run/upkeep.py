@@ -31,14 +31,17 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING
 
 import trio
 
 from byok.allocator import release_free_memory
 from byok.providers import rendering
 from byok.run.call_meter import forget_element_digests
-from byok.run.conversation import Supervisors
 from byok.store import AsyncStore, SQLiteStore, StoreError
+
+if TYPE_CHECKING:  # not at run time: `byok serve` imports this module before tuning the allocator
+    from byok.run.conversation import Supervisors
 
 log = logging.getLogger("byok.upkeep")
 

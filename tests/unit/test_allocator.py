@@ -104,3 +104,15 @@ def test_memory_a_worker_thread_freed_is_reused_by_the_main_thread() -> None:
     _, default_faults = faults("default")
     assert default_faults > 5_000  # the worker's arena kept its 30 MiB; the main thread faulted in more
     assert tuned_faults < 500  # one arena: the same pages again
+
+
+def test_the_command_line_module_imports_no_generated_protobuf_code() -> None:
+    """`byok serve` tunes the allocator after `byok.cli` is imported: whatever that import pulls
+    in is allocated under glibc's defaults. The generated protobuf modules (megabytes of class
+    objects) imported that early left the daemon 3 MiB fuller after a long turn (bench 5's RSS
+    rows, 11.7 -> 14.8 MiB), when byok.run.upkeep came to import the conversation module."""
+    script = "import sys, byok.cli; print(sorted(m for m in sys.modules if m.startswith('byok.pb')))"
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "[]"
