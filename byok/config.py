@@ -17,12 +17,11 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, Literal, get_args
-from urllib.parse import urlsplit
 
 import attrs
 
-from byok.config_extra_body import extra_body_problem
 from byok.config_reader import Table, check_port, check_url, pick
+from byok.config_requests import default_prompt_cache_key, extra_body_problem, provider_headers
 
 ProviderKind = Literal["openai_chat", "openai_responses", "anthropic"]
 PROVIDER_KINDS: Final[tuple[str, ...]] = get_args(ProviderKind)
@@ -94,6 +93,9 @@ class ProviderConfig:
     # of its first tokens (the system prompt, the same in every conversation) and the key; one
     # key for all conversations lets a busy prefix spill to machines without its cache.
     prompt_cache_key: bool = False
+    # HTTP headers sent with every request to this provider (``[providers.headers]``): a
+    # gateway's own, a beta feature; one named like an auth header byok sends replaces it.
+    headers: tuple[tuple[str, str], ...] = ()
     # Where this entry came from, so a missing env var can be reported like a file error.
     source: str = attrs.field(default=DEFAULTS_SOURCE, eq=False, repr=False)
     key_path: str = attrs.field(default="providers", eq=False, repr=False)
@@ -203,6 +205,7 @@ _PROVIDER_KEYS = (
     "prompt_cache",
     "eager_input_streaming",
     "prompt_cache_key",
+    "headers",
 )
 _MODEL_KEYS = (
     "id",
@@ -289,17 +292,10 @@ def _provider(t: Table) -> ProviderConfig:
         prompt_cache=pick(prompt_cache, True),
         eager_input_streaming=pick(eager, True),
         prompt_cache_key=pick(cache_key, default_prompt_cache_key(kind, base_url)),
+        headers=provider_headers(t, api_key_env is not None or api_key is not None),
         source=t.source,
         key_path=t.path,
     )
-
-
-def default_prompt_cache_key(kind: str, base_url: str) -> bool:
-    """On for the Responses API and for OpenAI's own Chat endpoint; off for other Chat servers,
-    some of which refuse fields they do not know."""
-    if kind == "openai_responses":
-        return True
-    return kind == "openai_chat" and urlsplit(base_url).hostname == "api.openai.com"
 
 
 def _model(t: Table) -> ModelConfig:

@@ -30,14 +30,20 @@ class Adapter:
     path: str  # appended to the configured base URL
     auth: Callable[[str | None], tuple[tuple[str, str], ...]]
 
-    def endpoint(self, base_url: str, api_key: str | None) -> Endpoint:
+    def endpoint(
+        self, base_url: str, api_key: str | None, headers: tuple[tuple[str, str], ...] = ()
+    ) -> Endpoint:
+        """``headers``: the provider's own (config), sent after the auth headers; one of the
+        same name replaces byok's (a newer ``anthropic-version``)."""
         base = base_url.rstrip("/")
         path = self.path
         # Anthropic's documented base URL has no version segment, OpenAI's has one; accept a
         # base that already ends in the segment our path starts with.
         if path.startswith("/v1/") and base.endswith("/v1"):
             path = path[len("/v1") :]
-        return Endpoint(base + path, self.auth(api_key))
+        own = {name.lower() for name, _ in headers}
+        auth = tuple((name, value) for name, value in self.auth(api_key) if name not in own)
+        return Endpoint(base + path, (*auth, *headers))
 
     def build_request(self, req: ModelRequest) -> bytes:
         return self.render(req).body

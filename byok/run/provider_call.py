@@ -80,6 +80,7 @@ class CallContext:
     flushed: Callable[[], Awaitable[None]]  # RunSlot.flushed
     wall_ms: Callable[[], int]
     call_log: CallLog
+    headers: tuple[tuple[str, str], ...] = ()  # the provider's own (config)
     max_tries: int = 4
     retry_base_s: float = 0.5
     # Appended to an answer cut off at the output token limit: which setting to raise.
@@ -91,7 +92,7 @@ async def call_model(ctx: CallContext, request: ModelRequest) -> ModelCallResult
     decided_ms = ctx.wall_ms()
     rendered = ctx.adapter.render(request)
     body = rendered.source
-    endpoint = ctx.adapter.endpoint(ctx.base_url, ctx.api_key)
+    endpoint = ctx.adapter.endpoint(ctx.base_url, ctx.api_key, ctx.headers)
     call = ModelCall(model_call_id=str(uuid.uuid4()))
     streams: dict[str, ArgsStream] = {}
 

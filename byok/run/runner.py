@@ -393,6 +393,7 @@ class Run:
             adapter=adapter_for(self.provider.kind),
             base_url=self.provider.base_url,
             api_key=self.provider.api_key(),
+            headers=self.provider.headers,
             http=self.deps.http,
             registry=self.deps.tools.registry,
             send=self.slot.send,

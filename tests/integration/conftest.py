@@ -36,6 +36,7 @@ def write_config(
     kind: str = "openai_chat",
     upstream: str = "http://127.0.0.1:9",
     server_extra: str = "",
+    provider_extra: str = "",
 ) -> None:
     path.write_text(
         f"""
@@ -53,6 +54,7 @@ id = "fake"
 kind = "{kind}"
 base_url = "{provider_url}"
 api_key = "sk-test"
+{provider_extra}
 
 [[models]]
 id = "byok-demo"
@@ -72,6 +74,7 @@ async def start_daemon(
     upstream: str = "http://127.0.0.1:9",
     extra: str = "",
     server_extra: str = "",
+    provider_extra: str = "",
 ) -> AsyncIterator[Daemon]:
     """The real daemon on an ephemeral loopback port, its provider a FakeProvider of ``kind``."""
     provider = FakeProvider()
@@ -88,6 +91,7 @@ async def start_daemon(
         upstream=upstream,
         extra=extra,
         server_extra=server_extra,
+        provider_extra=provider_extra,
     )
     config = load_config(config_path, overrides={})
     base_url, shutdown = await nursery.start(run_daemon, config)

@@ -139,6 +139,11 @@ async def test_a_refused_default_field_names_the_option_that_leaves_it_out(
         assert "eager_input_streaming" not in error["message"]
 
 
+ANTHROPIC_HEADERS = """[providers.headers]
+anthropic-beta = "interleaved-thinking-2025-05-14"
+anthropic-version = "2099-01-01"
+"""
+
 THINKING_MODEL = """max_output_tokens = 32000
 [models.extra_body]
 thinking = { type = "enabled", budget_tokens = 16000 }
@@ -151,7 +156,9 @@ async def test_extra_body_reaches_every_request_and_a_cut_off_answer_names_the_l
 ) -> None:
     """A model's ``[models.extra_body]`` (here Anthropic extended thinking) goes into each request
     after byok's own fields; an answer stopped at the output limit says which setting to raise."""
-    async with start_daemon(tmp_path, nursery, kind="anthropic", extra=THINKING_MODEL) as d:
+    async with start_daemon(
+        tmp_path, nursery, kind="anthropic", extra=THINKING_MODEL, provider_extra=ANTHROPIC_HEADERS
+    ) as d:
         d.provider.enqueue(
             anthropic_text_script(["Hi."], thinking=["Short."], signature="sig-1"),
             anthropic_text_script(["A long"], stop_reason="max_tokens"),
@@ -160,6 +167,10 @@ async def test_extra_body_reaches_every_request_and_a_cut_off_answer_names_the_l
             "req-think", user_turn("hi", conversation_id="c-think", model_id="byok-demo", message_id="m1")
         )
         assert ok.end_stream == {} and ok.text() == "Hi."
+        # The provider's own headers go with every request; one named like byok's replaces it.
+        sent = d.provider.requests[0].headers
+        assert sent["anthropic-beta"] == "interleaved-thinking-2025-05-14"
+        assert sent["anthropic-version"] == "2099-01-01" and sent["x-api-key"] == "sk-test"
         body = d.provider.requests[0].json
         assert body["max_tokens"] == 32000
         assert body["thinking"] == {"type": "enabled", "budget_tokens": 16000}

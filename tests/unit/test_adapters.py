@@ -65,3 +65,16 @@ def test_anthropic_endpoint() -> None:
     assert a.endpoint("https://gw.example/anthropic", None) == Endpoint(
         "https://gw.example/anthropic/v1/messages", (("anthropic-version", "2023-06-01"),)
     )
+
+
+def test_a_providers_own_headers_follow_the_auth_headers_and_replace_one_of_the_same_name() -> None:
+    anthropic = adapter_for("anthropic").endpoint(
+        "https://api.anthropic.com", "sk", (("anthropic-version", "2099-01-01"), ("anthropic-beta", "b"))
+    )
+    assert anthropic.headers == (
+        ("x-api-key", "sk"),
+        ("anthropic-version", "2099-01-01"),
+        ("anthropic-beta", "b"),
+    )
+    chat = adapter_for("openai_chat").endpoint("https://h/v1", None, (("api-key", "azure"),))
+    assert chat.headers == (("api-key", "azure"),)

@@ -214,7 +214,7 @@ def test_invalid_toml_has_line_and_column(tmp_path: Path) -> None:
             MINIMAL_PROVIDER + 'apikey = "x"',
             "providers[0].apikey: unknown key "
             "(allowed: id, kind, base_url, api_key_env, api_key, prompt_cache, eager_input_streaming, "
-            "prompt_cache_key)",
+            "prompt_cache_key, headers)",
         ),
         (
             MINIMAL_PROVIDER + '[[models]]\nid = "m"\nprovider = "local"\nupstream_model = "x"\n'
@@ -539,3 +539,39 @@ def test_prompt_cache_key_defaults_by_kind_and_host(tmp_path: Path) -> None:
         "models[0].extra_body.prompt_cache_key: byok sets 'prompt_cache_key' itself; "
         "set prompt_cache_key (on the provider) instead"
     )
+
+
+def test_provider_headers(tmp_path: Path) -> None:
+    base = '[[providers]]\nid = "p"\nkind = "{kind}"\nbase_url = "https://h/v1"\n{key}[providers.headers]\n{headers}\n'
+
+    def headers(headers: str, kind: str = "openai_chat", key: str = "") -> tuple[tuple[str, str], ...]:
+        text = base.format(kind=kind, key=key, headers=headers)
+        return load_config(write(tmp_path, text), overrides={}).providers[0].headers
+
+    assert headers('"HTTP-Referer" = "https://example.dev"\nX-Title = "byok"') == (
+        ("http-referer", "https://example.dev"),
+        ("x-title", "byok"),
+    )
+    # Azure-style: no api_key, the key in a header of the provider's own.
+    assert headers('api-key = "secret"') == (("api-key", "secret"),)
+    assert headers(
+        'anthropic-beta = "interleaved-thinking-2025-05-14"', kind="anthropic", key='api_key = "k"\n'
+    )
+
+    def error(headers: str, key: str = "") -> str:
+        return error_for(tmp_path, base.format(kind="openai_chat", key=key, headers=headers))
+
+    assert error('"bad name" = "x"') == "providers[0].headers.bad name: not a valid HTTP header name"
+    assert error("x-n = 1") == "providers[0].headers.x-n: expected string, got integer"
+    assert (
+        error('x-n = "a\\nb"') == "providers[0].headers.x-n: a header value cannot hold a line break or NUL"
+    )
+    assert (
+        error('Content-Type = "text/plain"')
+        == "providers[0].headers.Content-Type: byok sets this header itself"
+    )
+    assert error('Authorization = "Bearer x"', key='api_key = "k"\n') == (
+        "providers[0].headers.Authorization: "
+        "api_key/api_key_env already sends the key in this header; set one of them"
+    )
+    assert headers('Authorization = "Bearer from-a-header"') == (("authorization", "Bearer from-a-header"),)

@@ -1,4 +1,5 @@
-"""What a model's ``extra_body`` may add to its provider requests.
+"""What a provider's requests may carry beyond byok's own: a model's ``extra_body`` fields,
+a provider's ``headers``, and the per-kind default of ``prompt_cache_key``.
 
 ``extra_body`` reaches what byok has no option for (reasoning effort, a thinking budget,
 sampling settings). It may not set a field byok builds itself: the model name, streaming, the
@@ -8,8 +9,11 @@ fields the stateless Responses API needs, or a field that has its own option.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
+from byok.config_reader import Table, type_name
 from byok.providers.anthropic_request import DEFAULT_MAX_TOKENS
 from byok.providers.kinds import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES
 
@@ -73,3 +77,39 @@ def _thinking_problem(value: object, max_output_tokens: int | None) -> tuple[str
         ".thinking.budget_tokens",
         f"{budget} must be below {source} ({limit}), which includes the thinking; raise max_output_tokens",
     )
+
+
+# Framing headers httpx and byok set for every request; a provider's own may not change them.
+_FRAMING_HEADERS = frozenset(
+    {"host", "content-length", "content-type", "transfer-encoding", "connection", "accept", "accept-encoding"}
+)
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+
+
+def provider_headers(t: Table, has_key: bool) -> tuple[tuple[str, str], ...]:
+    """``t``'s ``headers`` table as (lower-case name, value) pairs; ``has_key``: the provider
+    sends an API key (whose header the table may then not set as well)."""
+    out = []
+    for name, value in t.json_table("headers").items():
+        where = f"headers.{name}"
+        if not _TOKEN.fullmatch(name):
+            raise t.error(where, "not a valid HTTP header name")
+        if not isinstance(value, str):
+            raise t.error(where, f"expected string, got {type_name(value)}")
+        if any(c in value for c in "\r\n\0"):
+            raise t.error(where, "a header value cannot hold a line break or NUL")
+        lower = name.lower()
+        if lower in _FRAMING_HEADERS:
+            raise t.error(where, "byok sets this header itself")
+        if has_key and lower in ("authorization", "x-api-key"):
+            raise t.error(where, "api_key/api_key_env already sends the key in this header; set one of them")
+        out.append((lower, value))
+    return tuple(out)
+
+
+def default_prompt_cache_key(kind: str, base_url: str) -> bool:
+    """On for the Responses API and for OpenAI's own Chat endpoint; off for other Chat servers,
+    some of which refuse fields they do not know."""
+    if kind == "openai_responses":
+        return True
+    return kind == "openai_chat" and urlsplit(base_url).hostname == "api.openai.com"
