@@ -12,8 +12,10 @@ from functools import partial
 from typing import Any
 
 import hypercorn.trio
+import hypercorn.trio.run
 import trio
 from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio.tcp_server import TCPServer
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -27,6 +29,24 @@ _H2_REFUSED = b"HTTP/2 is disabled on this server\n"
 
 
 KEEP_ALIVE_TIMEOUT_S = 300.0
+
+
+class _ReleasingTCPServer(TCPServer):
+    """hypercorn's trio connection, let go once the client has closed it.
+
+    hypercorn 0.18 reads the EOF of a keep-alive connection that is idle between requests,
+    but its keep-alive timer goes on running, and the connection's task group waits for it:
+    the socket and ~13 KB stayed for KEEP_ALIVE_TIMEOUT_S after every connection a client
+    closed idle (its pool's own idle expiry). Nothing is read once the reading loop ends, so
+    the timer is stopped then. (A connection closed mid-request was always released.)"""
+
+    async def _read_data(self) -> None:
+        await super()._read_data()  # returns at EOF or a broken connection (an OSError raises)
+        await self.idle_task.stop()
+
+
+# The class hypercorn's trio worker makes each connection with (a module global it looks up).
+hypercorn.trio.run.TCPServer = _ReleasingTCPServer  # type: ignore[misc]
 
 
 def _bind_address(host: str, port: int) -> str:

@@ -345,6 +345,20 @@ async def bench_daemon(
             await stopped.wait()
 
 
+# `byok serve` with another SLOT_LINGER_S (argv[1]). The allocator is tuned before byok.http.app
+# is imported, as byok.cli imports nothing that big before `byok serve` tunes it.
+_LINGER_SERVE = """
+import sys
+from byok.allocator import tune_allocator
+tune_allocator()
+import byok.http.app
+byok.http.app.SLOT_LINGER_S = float(sys.argv.pop(1))
+from byok.cli import main
+sys.argv[0] = "byok"
+raise SystemExit(main())
+"""
+
+
 @asynccontextmanager
 async def child_daemon(
     root: Path,
@@ -352,18 +366,21 @@ async def child_daemon(
     *,
     sim_kwargs: dict[str, Any] | None = None,
     idle_release_s: float | None = None,
+    slot_linger_s: float | None = None,
 ) -> AsyncIterator[Bench]:
     """``byok serve`` as a child process (its own interpreter, its own core), the provider and
     the simulated Cursor in this process. CLOCK_MONOTONIC is system-wide, so frame and chunk
-    timestamps taken here still compare directly. Stopped with SIGTERM (graceful) on exit."""
+    timestamps taken here still compare directly. Stopped with SIGTERM (graceful) on exit.
+    ``slot_linger_s``: how long a finished run's slot is kept (the daemon's SLOT_LINGER_S)."""
     provider = TimedProvider()
     url = await provider.start(nursery)
     cfg, data_dir = _config(root, url, idle_release_s)
     log_path = root / "daemon.log"
     env = {**os.environ, "BYOK_LOG_LEVEL": "INFO"}  # the default level; no per-run INFO lines
     with open(log_path, "wb") as log_file:
+        start = ["-m", "byok"] if slot_linger_s is None else ["-c", _LINGER_SERVE, str(slot_linger_s)]
         proc = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "byok", "serve", "--config", str(cfg)],
+            [sys.executable, *start, "serve", "--config", str(cfg)],
             stdout=log_file,
             stderr=log_file,
             env=env,

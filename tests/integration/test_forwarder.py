@@ -259,10 +259,9 @@ async def test_gzip_passes_through_untouched() -> None:
 
 
 async def test_502_when_upstream_unreachable(caplog: pytest.LogCaptureFixture) -> None:
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
-    port = listeners[0].socket.getsockname()[1]
-    await listeners[0].aclose()  # now nothing listens there: connection refused
-    async with rig(upstream_url=f"http://127.0.0.1:{port}") as r:
+    # Port 9 (discard): nothing listens, and it is no ephemeral port a client could connect to
+    # itself on (a freed ephemeral port can be).
+    async with rig(upstream_url="http://127.0.0.1:9") as r:
         response = await r.client.post("/aiserver.v1.AiService/Whatever", content=b"x")
     assert response.status_code == 502
     assert response.headers["content-type"] == "application/json"
