@@ -16,8 +16,9 @@ backend is HTTPS only. The listener is an open relay to whatever it can reach, s
 loopback (the default); a warning is logged otherwise.
 
 Serving a decrypted connection uses hypercorn's per-connection server
-(``hypercorn.trio.tcp_server.TCPServer``), which is not public API: tests/integration/test_proxy.py
-covers it for HTTP/1.1 and HTTP/2, so a hypercorn upgrade that changes it fails loudly.
+(``hypercorn.trio.tcp_server.TCPServer``, as byok's ``ReleasingTCPServer``), which is not public
+API: tests/integration/test_proxy.py covers it for HTTP/1.1 and HTTP/2, so a hypercorn upgrade
+that changes it fails loudly.
 """
 
 from __future__ import annotations
@@ -30,13 +31,12 @@ from functools import partial
 from typing import Any
 
 import trio
-from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState
 from hypercorn.utils import wrap_app
 
 from byok.http.ca import LocalCA
-from byok.http.serve import ASGIApp, Receive, Scope, Send, server_config
+from byok.http.serve import ASGIApp, Receive, ReleasingTCPServer, Scope, Send, server_config
 
 log = logging.getLogger("byok.proxy")
 
@@ -206,7 +206,7 @@ class ProxyServer:
         try:
             # Does the TLS handshake (a client that does not trust byok's CA fails here), then
             # HTTP/1.1 or HTTP/2 as ALPN chose.
-            await TCPServer(app, self.config, self.context, ConnectionState({}), tls).run()  # type: ignore[arg-type]
+            await ReleasingTCPServer(app, self.config, self.context, ConnectionState({}), tls).run()  # type: ignore[arg-type]
         finally:
             # TCPServer returns without closing when the handshake fails.
             with trio.CancelScope(shield=True):

@@ -31,7 +31,7 @@ _H2_REFUSED = b"HTTP/2 is disabled on this server\n"
 KEEP_ALIVE_TIMEOUT_S = 300.0
 
 
-class _ReleasingTCPServer(TCPServer):
+class ReleasingTCPServer(TCPServer):
     """hypercorn's trio connection, let go once the client has closed it.
 
     hypercorn 0.18 reads the EOF of a keep-alive connection that is idle between requests,
@@ -46,7 +46,7 @@ class _ReleasingTCPServer(TCPServer):
 
 
 # The class hypercorn's trio worker makes each connection with (a module global it looks up).
-hypercorn.trio.run.TCPServer = _ReleasingTCPServer  # type: ignore[misc]
+hypercorn.trio.run.TCPServer = ReleasingTCPServer  # type: ignore[misc]
 
 
 def _bind_address(host: str, port: int) -> str:

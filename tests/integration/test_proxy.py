@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
+import os
 import ssl
 import stat
 from collections.abc import AsyncIterator
@@ -14,6 +16,7 @@ import attrs
 import httpx
 import pytest
 import trio
+import trio.testing
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
@@ -327,3 +330,26 @@ async def test_shutdown_stops_listening(tmp_path: Path) -> None:
         # The nursery exited: the proxy task ended.
         with pytest.raises(OSError):
             await trio.open_tcp_stream("127.0.0.1", port)
+
+
+async def test_an_intercepted_connection_the_client_closed_is_released_at_once(tmp_path: Path) -> None:
+    """As on the plain listener (test_server_connections.py): an intercepted keep-alive connection
+    the client closes while idle goes at once, not after keep_alive_timeout (300 s)."""
+
+    def sockets() -> set[str]:
+        held = set()
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                if (target := os.readlink(f"/proc/self/fd/{fd}")).startswith("socket:"):
+                    held.add(target)
+        return held
+
+    async with running_proxy(tmp_path) as p:
+        before = sockets()
+        async with httpx.AsyncClient(proxy=p.url, verify=p.client_ssl()) as client:
+            for _ in range(3):
+                assert (await client.get("https://api2.cursor.sh/byok/healthz")).status_code == 200
+            await trio.testing.wait_all_tasks_blocked(0.01)  # the connection idles in both pools
+        with trio.fail_after(5):
+            while sockets() - before:
+                await trio.sleep(0.01)
