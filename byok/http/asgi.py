@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from byok.http.connect_envelope import ConnectError, http_status_for, unary_error_body
@@ -14,29 +14,38 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 class BodyTooLarge(Exception):
-    def __init__(self, message: str, head: bytes = b"") -> None:
+    def __init__(self, message: str, head: bytes = b"", *, complete: bool = False) -> None:
         super().__init__(message)
         self.head = head  # what was read before the limit was crossed, that chunk included
+        self.complete = complete  # that chunk was the body's last: nothing more to receive
 
 
 class ClientGone(Exception):
     pass
 
 
-async def read_body(receive: Receive, limit: int) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
+async def body_chunks(receive: Receive) -> AsyncIterator[tuple[bytes, bool]]:
+    """The request body as it arrives: (chunk, whether more follows). ClientGone if the
+    client leaves first."""
     while True:
         event = await receive()
         if event["type"] == "http.disconnect":
             raise ClientGone
-        chunk = event.get("body", b"")
+        more = bool(event.get("more_body", False))
+        yield event.get("body", b""), more
+        if not more:
+            return
+
+
+async def read_body(receive: Receive, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk, more in body_chunks(receive):
         size += len(chunk)
         chunks.append(chunk)
         if size > limit:
-            raise BodyTooLarge(f"request body exceeds {limit} bytes", b"".join(chunks))
-        if not event.get("more_body", False):
-            return b"".join(chunks)
+            raise BodyTooLarge(f"request body exceeds {limit} bytes", b"".join(chunks), complete=not more)
+    return b"".join(chunks)
 
 
 def header(scope: Scope, name: str) -> str | None:

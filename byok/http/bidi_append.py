@@ -16,10 +16,10 @@ from byok.http import state_ids
 from byok.http.append_skim import AppendSkim, exec_id_of
 from byok.http.asgi import (
     BodyTooLarge,
-    ClientGone,
     Receive,
     Scope,
     Send,
+    body_chunks,
     header,
     read_body,
     replay_receive,
@@ -172,17 +172,12 @@ class BidiAppends:
             )
             skim.feed(too_large.head)
             read = len(too_large.head)
-            more = True
-            while more:
-                event = await receive()
-                if event["type"] == "http.disconnect":
-                    raise ClientGone
-                chunk = event.get("body", b"")
-                read += len(chunk)
-                if read > SKIM_LIMIT_FACTOR * self.max_body:
-                    raise ProtocolError("body too large to read through", "resource_exhausted")
-                skim.feed(chunk)
-                more = event.get("more_body", False)
+            if not too_large.complete:
+                async for chunk, _ in body_chunks(receive):
+                    read += len(chunk)
+                    if read > SKIM_LIMIT_FACTOR * self.max_body:
+                        raise ProtocolError("body too large to read through", "resource_exhausted")
+                    skim.feed(chunk)
             got = skim.result()
         except ProtocolError as e:
             log.warning("BidiAppend refused: %s (%s)", refusal.message, e.message)
