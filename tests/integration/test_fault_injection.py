@@ -68,7 +68,9 @@ MAX_TRIES = 3  # provider_max_tries
 RUN_TIMEOUT_S = 10.0  # a run still going after this is a hang
 LOOP_BUDGET_S = 120.0  # the whole loop; it takes ~30-40 s here
 
+MAX_BODY = 128 * 1024  # max_body_bytes: big.txt's Read result (hex) is over it
 SERVER = f"""kv_ack_timeout_s = {KV_TIMEOUT_S}
+max_body_bytes = {MAX_BODY}
 provider_retry_base_s = 0.002
 provider_max_tries = {MAX_TRIES}
 reconnect_grace_s = {GRACE_S}
@@ -86,6 +88,7 @@ FAULTS = {
     "disconnect_before_output": 3,  # connection cut after the role chunk: retried
     "disconnect_mid_stream": 4,  # cut after text was shown: final
     "duplicate_call_ids": 2,  # two tool calls of one id: a round that could never complete
+    "oversized_result": 2,  # a Read result over max_body_bytes: that exec fails, the run goes on
     "drop_reconnect": 6,  # RunSSE dropped, reopened within the grace
     "drop_expire": 2,  # RunSSE dropped past the grace: the run is cancelled
     "kv_missing": 3,
@@ -323,6 +326,8 @@ class Expect:
     conv: str
     final_text: str | None = None  # the answer that must be committed when the run succeeded
     got: str | None = None  # the terminal outcome seen
+    # (call id, text) of a tool result that, when the run succeeded, must hold the text
+    tool_error: tuple[str, str] | None = None
 
 
 def _run_request(h: Harness, conv: str, text: str) -> agent.AgentRunRequest:
@@ -439,6 +444,14 @@ async def run_plan(h: Harness, rng: random.Random, index: int) -> tuple[str, lis
         same = f"{tag}-c0"
         p.enqueue(chat_tool_script([(same, "Read", '{"path":"a.txt"}'), (same, "Grep", '{"pattern":"a"}')]))
         expect.outcomes = frozenset({"unavailable"})
+        await drive(h, client, conv, text, append_first=append_first)
+    elif fault == "oversized_result":
+        big, small = f"{tag}-big", f"{tag}-c1"
+        p.enqueue(
+            chat_tool_script([(big, "Read", '{"path":"big.txt"}'), (small, "Read", '{"path":"a.txt"}')]),
+            text_script(answer),
+        )
+        expect.tool_error = (big, "max_body_bytes")
         await drive(h, client, conv, text, append_first=append_first)
     elif fault == "disconnect_mid_stream":
         good = text_script(answer)
@@ -584,6 +597,13 @@ async def check_run(h: Harness, expects: list[Expect]) -> list[str]:
             answers = [m.text for m in head if m.role == "assistant"]
             if e.final_text not in answers:
                 errors.append(f"{e.client.rid}: answer {e.final_text!r} not in the committed history")
+        if got == OK and e.tool_error is not None:
+            call_id, text = e.tool_error
+            results = [m.text for m in head if m.role == "tool" and m.tool_call_id == call_id]
+            if len(results) != 1 or text not in results[0]:
+                errors.append(
+                    f"{e.client.rid}: result of {call_id} is {results!r}, expected one with {text!r}"
+                )
     calls: set[str] = set()
     answered: Counter[str] = Counter()
     for m in head:
@@ -664,6 +684,8 @@ async def test_fault_injection_loop(
     root = tmp_path / "ws"
     root.mkdir()
     (root / "a.txt").write_text("alpha\nbeta\n")
+    # Its Read result, hex-encoded in the append, is twice MAX_BODY.
+    (root / "big.txt").write_text("".join(f"line {i:07d}\n" for i in range(MAX_BODY // 13)))
     rng = random.Random(SEED)
     failures: list[str] = []
     faults: Counter[str] = Counter()
