@@ -130,7 +130,8 @@ class ModelConfig:
     thinking: bool = False
     # Top-level request fields added to every call of this model, in the file's order
     # (``[models.extra_body]``): reasoning effort, a thinking budget, sampling settings.
-    extra_body: tuple[tuple[str, Any], ...] = ()
+    # Its values are JSON (dicts, lists): compared, not hashed, so the config stays hashable.
+    extra_body: tuple[tuple[str, Any], ...] = attrs.field(default=(), hash=False)
 
 
 @attrs.frozen

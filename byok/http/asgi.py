@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from typing import Any
 
 from byok.http.connect_envelope import ConnectError, http_status_for, unary_error_body
@@ -40,11 +41,12 @@ async def body_chunks(receive: Receive) -> AsyncIterator[tuple[bytes, bool]]:
 async def read_body(receive: Receive, limit: int) -> bytes:
     chunks: list[bytes] = []
     size = 0
-    async for chunk, more in body_chunks(receive):
-        size += len(chunk)
-        chunks.append(chunk)
-        if size > limit:
-            raise BodyTooLarge(f"request body exceeds {limit} bytes", b"".join(chunks), complete=not more)
+    async with aclosing(body_chunks(receive)) as body:  # closed here, even when left early
+        async for chunk, more in body:
+            size += len(chunk)
+            chunks.append(chunk)
+            if size > limit:
+                raise BodyTooLarge(f"request body exceeds {limit} bytes", b"".join(chunks), complete=not more)
     return b"".join(chunks)
 
 

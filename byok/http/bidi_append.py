@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import aclosing
 from typing import Any
 
 import betterproto2
@@ -173,11 +174,12 @@ class BidiAppends:
             skim.feed(too_large.head)
             read = len(too_large.head)
             if not too_large.complete:
-                async for chunk, _ in body_chunks(receive):
-                    read += len(chunk)
-                    if read > SKIM_LIMIT_FACTOR * self.max_body:
-                        raise ProtocolError("body too large to read through", "resource_exhausted")
-                    skim.feed(chunk)
+                async with aclosing(body_chunks(receive)) as rest:
+                    async for chunk, _ in rest:
+                        read += len(chunk)
+                        if read > SKIM_LIMIT_FACTOR * self.max_body:
+                            raise ProtocolError("body too large to read through", "resource_exhausted")
+                        skim.feed(chunk)
             got = skim.result()
         except ProtocolError as e:
             log.warning("BidiAppend refused: %s (%s)", refusal.message, e.message)

@@ -54,7 +54,7 @@ class ModelSettings:
     max_output_tokens: int | None = None
     # Chat only: send reasoning_content back on assistant turns that made tool calls.
     replay_reasoning_on_tool_turns: bool = True
-    extra_body: tuple[tuple[str, Any], ...] = ()
+    extra_body: tuple[tuple[str, Any], ...] = attrs.field(default=(), hash=False)  # JSON values
     # Anthropic only: automatic prompt caching (a top-level cache_control; the messages, and
     # so the prefix property, stay as they are).
     prompt_cache: bool = False

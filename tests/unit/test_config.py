@@ -575,3 +575,10 @@ def test_provider_headers(tmp_path: Path) -> None:
         "api_key/api_key_env already sends the key in this header; set one of them"
     )
     assert headers('Authorization = "Bearer from-a-header"') == (("authorization", "Bearer from-a-header"),)
+
+
+def test_a_model_with_an_extra_body_stays_hashable(tmp_path: Path) -> None:
+    text = _with_kind("anthropic") + '[models.extra_body]\nthinking = { type = "adaptive" }\nstop = ["x"]\n'
+    cfg = load_config(write(tmp_path, text), overrides={})
+    (m,) = cfg.models
+    assert {m, cfg} and m == load_config(write(tmp_path, text), overrides={}).models[0]
