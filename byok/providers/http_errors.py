@@ -81,3 +81,19 @@ def refused_option_hint(provider_id: str, kind: str, e: ProviderError) -> str:
         return ""
     settings = " and ".join(f"{option} = false" for option in named)
     return f" (if this server does not support it, set {settings} on provider {provider_id!r})"
+
+
+# How providers word a request longer than the model's context window: OpenAI Chat and the
+# servers that copy it (DeepSeek, vLLM), the Responses API, Anthropic.
+_CONTEXT_OVERFLOW = (
+    "maximum context length",
+    "context_length_exceeded",
+    "context window",
+    "prompt is too long",
+)
+
+
+def exceeds_context(e: ProviderError) -> bool:
+    """Whether ``e`` says the request did not fit the model's context window."""
+    text = e.message.lower()
+    return any(marker in text for marker in _CONTEXT_OVERFLOW)

@@ -28,7 +28,7 @@ from byok.model.request import ModelRequest, RenderedRequest
 from byok.model.usage import Usage
 from byok.providers.adapters import Adapter
 from byok.providers.anthropic_request import DEFAULT_MAX_TOKENS
-from byok.providers.http_errors import refused_option_hint
+from byok.providers.http_errors import exceeds_context, refused_option_hint
 from byok.providers.kinds import ANTHROPIC
 from byok.providers.retry import stream_with_retries
 from byok.providers.runner import CallStats, StreamParser
@@ -60,6 +60,20 @@ def output_limit_hint(model: ModelConfig, kind: str) -> str:
     return ""
 
 
+def model_hints(model: ModelConfig, kind: str) -> dict[str, str]:
+    """CallContext's hints for ``model`` on a provider of ``kind``."""
+    return {"output_limit_hint": output_limit_hint(model, kind), "context_hint": context_hint(model)}
+
+
+def context_hint(model: ModelConfig) -> str:
+    """What to do when a request no longer fits ``model``'s context window."""
+    return (
+        f" (the conversation no longer fits the context window of model {model.id!r},"
+        f" {model.context_tokens:,} tokens in the config; start a new chat, or pick a model"
+        " with a larger window)"
+    )
+
+
 class ProviderCallFailed(Exception):
     def __init__(self, error: ConnectError) -> None:
         super().__init__(str(error))
@@ -85,6 +99,8 @@ class CallContext:
     retry_base_s: float = 0.5
     # Appended to an answer cut off at the output token limit: which setting to raise.
     output_limit_hint: str = ""
+    # Appended to a refusal of a request longer than the model's context window.
+    context_hint: str = ""
 
 
 async def call_model(ctx: CallContext, request: ModelRequest) -> ModelCallResult:
@@ -169,6 +185,8 @@ async def call_model(ctx: CallContext, request: ModelRequest) -> ModelCallResult
         hint = refused_option_hint(ctx.provider_id, ctx.adapter.kind, e)
         if e.output_limit:
             hint += ctx.output_limit_hint
+        elif exceeds_context(e):
+            hint += ctx.context_hint
         text = e.message + hint
         exc, failure = e, ConnectError("unavailable", text, provider_error_details(text))
     except ModelProtocolError as e:

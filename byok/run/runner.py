@@ -50,7 +50,7 @@ from byok.run.crash import crash_point
 from byok.run.history import StartFailed
 from byok.run.inbox_pump import pump_inbox
 from byok.run.kv import KvFailure, KvLink
-from byok.run.provider_call import CallContext, ProviderCallFailed, cache_key, call_model, output_limit_hint
+from byok.run.provider_call import CallContext, ProviderCallFailed, cache_key, call_model, model_hints
 from byok.run.slot import RunSlot
 from byok.run.start_point import begin, changed_under_run, ends_with_answer, runtime_message, start_point
 from byok.run.token_details import token_details
@@ -402,7 +402,7 @@ class Run:
             call_log=self.deps.call_log,
             max_tries=self.deps.config.server.provider_max_tries,
             retry_base_s=self.deps.config.server.provider_retry_base_s,
-            output_limit_hint=output_limit_hint(self.model, self.provider.kind),
+            **model_hints(self.model, self.provider.kind),
         )
         try:
             with self.deps.activity.provider_call():  # the store is idle meanwhile (upkeep.py)

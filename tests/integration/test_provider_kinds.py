@@ -205,3 +205,18 @@ async def test_a_responses_server_refusing_the_cache_key_names_its_option(
         assert error["message"].endswith(
             "(if this server does not support it, set prompt_cache_key = false on provider 'fake')"
         )
+
+
+async def test_a_conversation_over_the_context_window_says_so(tmp_path: Path, nursery: trio.Nursery) -> None:
+    async with start_daemon(tmp_path, nursery, kind="anthropic") as d:
+        d.provider.enqueue(error_script(400, "prompt is too long: 210000 tokens > 200000 maximum"))
+        tr = await d.sim.run(
+            "req-long", user_turn("hi", conversation_id="c-long", model_id="byok-demo", message_id="m")
+        )
+        error = tr.error
+        assert error is not None and error["code"] == "unavailable"
+        assert error["message"] == (
+            "HTTP 400: prompt is too long: 210000 tokens > 200000 maximum (the conversation no longer fits "
+            "the context window of model 'byok-demo', 128,000 tokens in the config; start a new chat, or "
+            "pick a model with a larger window)"
+        )

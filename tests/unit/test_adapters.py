@@ -13,6 +13,7 @@ from byok.providers import (
     openai_responses_stream,
 )
 from byok.providers.adapters import ADAPTERS, adapter_for
+from byok.providers.http_errors import exceeds_context, http_error
 from byok.providers.runner import Endpoint
 
 
@@ -78,3 +79,35 @@ def test_a_providers_own_headers_follow_the_auth_headers_and_replace_one_of_the_
     )
     chat = adapter_for("openai_chat").endpoint("https://h/v1", None, (("api-key", "azure"),))
     assert chat.headers == (("api-key", "azure"),)
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "overflow"),
+    [
+        # OpenAI Chat (and DeepSeek, vLLM, which copy its wording)
+        (
+            400,
+            b'{"error": {"message": "This model\'s maximum context length is 128000 tokens. However, '
+            b'your messages resulted in 130001 tokens.", "code": "context_length_exceeded"}}',
+            True,
+        ),
+        # the Responses API
+        (
+            400,
+            b'{"error": {"message": "Your input exceeds the context window of this model. Please adjust '
+            b'your input and try again.", "code": "context_length_exceeded"}}',
+            True,
+        ),
+        # Anthropic
+        (
+            400,
+            b'{"type": "error", "error": {"type": "invalid_request_error", '
+            b'"message": "prompt is too long: 210000 tokens > 200000 maximum"}}',
+            True,
+        ),
+        (400, b'{"error": {"message": "Invalid value for tool_choice"}}', False),
+        (429, b'{"error": {"message": "Rate limit reached"}}', False),
+    ],
+)
+def test_a_request_over_the_context_window_is_recognised(status: int, body: bytes, overflow: bool) -> None:
+    assert exceeds_context(http_error(status, body, None)) is overflow
