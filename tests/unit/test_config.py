@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -582,3 +583,22 @@ def test_a_model_with_an_extra_body_stays_hashable(tmp_path: Path) -> None:
     cfg = load_config(write(tmp_path, text), overrides={})
     (m,) = cfg.models
     assert {m, cfg} and m == load_config(write(tmp_path, text), overrides={}).models[0]
+
+
+def _toml_blocks(doc: str) -> list[str]:
+    text = (Path(__file__).parents[2] / doc).read_text()
+    return re.findall(r"```toml\n(.*?)```", text, re.S)
+
+
+def test_the_documented_config_examples_load(tmp_path: Path) -> None:
+    """README's and docs/config.md's TOML examples are real configs (models given the providers
+    their example names, when the block holds none)."""
+    providers = (
+        '[[providers]]\nid = "anthropic"\nkind = "anthropic"\nbase_url = "https://api.anthropic.com"\n'
+        '[[providers]]\nid = "openai"\nkind = "openai_responses"\nbase_url = "https://api.openai.com/v1"\n'
+    )
+    blocks = _toml_blocks("README.md") + _toml_blocks("docs/config.md")
+    assert len(blocks) >= 3
+    for block in blocks:
+        text = block if "[[providers]]" in block or "[[models]]" not in block else providers + block
+        load_config(write(tmp_path, text), overrides={})
