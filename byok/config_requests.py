@@ -13,7 +13,7 @@ import re
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from byok.config_reader import Table, type_name
+from byok.config_reader import Table
 from byok.providers.anthropic_request import DEFAULT_MAX_TOKENS
 from byok.providers.kinds import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES
 
@@ -89,13 +89,14 @@ _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 def provider_headers(t: Table, has_key: bool) -> tuple[tuple[str, str], ...]:
     """``t``'s ``headers`` table as (lower-case name, value) pairs; ``has_key``: the provider
     sends an API key (whose header the table may then not set as well)."""
+    table = t.table("headers")
     out = []
-    for name, value in t.json_table("headers").items():
+    for name in table.data:
         where = f"headers.{name}"
         if not _TOKEN.fullmatch(name):
             raise t.error(where, "not a valid HTTP header name")
-        if not isinstance(value, str):
-            raise t.error(where, f"expected string, got {type_name(value)}")
+        value = table.string(name, nonempty=False)
+        assert value is not None
         if any(c in value for c in "\r\n\0"):
             raise t.error(where, "a header value cannot hold a line break or NUL")
         lower = name.lower()

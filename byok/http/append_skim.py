@@ -13,12 +13,10 @@ fields. Handles what ``decode_unary_body`` does: HTTP gzip, raw proto or one Con
 
 from __future__ import annotations
 
-import zlib
-
 import attrs
 
 from byok.cursor import proto_decode
-from byok.http.connect_envelope import FLAG_COMPRESSED, HEADER_SIZE, ProtocolError
+from byok.http.connect_envelope import FLAG_COMPRESSED, HEADER_SIZE, GzipStream, ProtocolError
 from byok.pb.aiserver import v1 as aiserver
 
 # Hex characters of ``data`` kept: the AgentClientMessage's tag and length, then the exec's
@@ -37,40 +35,6 @@ class SkimmedAppend:
     data_head: str  # the first KEEP_DATA_HEX characters of ``data``
     data_size: int  # characters of ``data``
     has_binary: bool  # data_binary was set (an error on an agent request)
-
-
-class _Gunzip:
-    """Streaming gzip (multi-member) with a cap on what it may produce."""
-
-    def __init__(self, limit: int) -> None:
-        self._d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-        self._open = False  # the current member has had input and not ended
-        self._limit = limit
-        self._out = 0
-
-    def feed(self, data: bytes) -> bytes:
-        parts: list[bytes] = []
-        while data:
-            self._open = True
-            try:
-                out = self._d.decompress(data, self._limit + 1 - self._out)
-            except zlib.error as e:
-                raise ProtocolError(f"invalid gzip data: {e}") from None
-            self._out += len(out)
-            if self._out > self._limit:
-                raise ProtocolError(f"decompressed body exceeds {self._limit} bytes", "resource_exhausted")
-            parts.append(out)
-            if self._d.eof:  # the next member, if any
-                data = self._d.unused_data
-                self._d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-                self._open = False
-            else:
-                data = self._d.unconsumed_tail
-        return b"".join(parts)
-
-    def end(self) -> None:
-        if self._open:
-            raise ProtocolError("truncated gzip data")
 
 
 class _Fields:
@@ -155,7 +119,7 @@ class AppendSkim:
         encoding = (content_encoding or "identity").strip().lower()
         if encoding not in ("identity", "gzip"):
             raise ProtocolError(f"unsupported content-encoding {content_encoding!r}")
-        self._http_gzip = _Gunzip(inflate_limit) if encoding == "gzip" else None
+        self._http_gzip = GzipStream(inflate_limit) if encoding == "gzip" else None
         media = content_type.split(";", 1)[0].strip().lower()
         # None: decided by the first byte (a raw proto never starts with 0x00 or 0x01).
         self._enveloped: bool | None = {"application/proto": False, "application/connect+proto": True}.get(
@@ -164,7 +128,7 @@ class AppendSkim:
         self._inflate_limit = inflate_limit
         self._header = bytearray()
         self._payload_left = -1  # bytes of the envelope's payload still to come
-        self._payload_gzip: _Gunzip | None = None
+        self._payload_gzip: GzipStream | None = None
         self.fields = _Fields()
 
     def feed(self, chunk: bytes) -> None:
@@ -188,7 +152,7 @@ class AppendSkim:
                 raise ProtocolError(f"unexpected envelope flags {flags:#x} on a unary request")
             self._payload_left = int.from_bytes(self._header[1:], "big")
             if flags & FLAG_COMPRESSED:
-                self._payload_gzip = _Gunzip(self._inflate_limit)
+                self._payload_gzip = GzipStream(self._inflate_limit)
         if len(chunk) > self._payload_left:
             raise ProtocolError("data after the request's one envelope")
         self._payload_left -= len(chunk)

@@ -199,27 +199,50 @@ def provider_error_details(detail: str, *, refused: bool = False) -> bytes:
 # --- decoding -------------------------------------------------------------------------
 
 
-def _gunzip(data: bytes, limit: int) -> bytes:
-    """Decompress (possibly multi-member) gzip, refusing to produce more than ``limit`` bytes."""
-    out = bytearray()
-    rest = data
-    while True:
-        d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-        try:
-            # max_length bounds memory even for a gzip bomb: we stop at limit+1 bytes.
-            out += d.decompress(rest, limit + 1 - len(out))
-        except zlib.error as exc:
-            raise ProtocolError(f"invalid gzip data: {exc}") from None
-        if len(out) > limit:
-            raise ProtocolError(f"decompressed message exceeds {limit} bytes", "resource_exhausted")
-        if not d.eof:
-            if d.unconsumed_tail:
-                # Output capped while input remains: only possible past the limit.
-                raise ProtocolError(f"decompressed message exceeds {limit} bytes", "resource_exhausted")
+class GzipStream:
+    """Decompress (possibly multi-member) gzip fed in pieces, refusing to produce more than
+    ``limit`` bytes in all: ``feed`` each piece, then ``end``."""
+
+    def __init__(self, limit: int) -> None:
+        self._d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        self._open = False  # the current member has had input and not ended
+        self._members = 0
+        self._limit = limit
+        self._out = 0
+
+    def feed(self, data: bytes) -> bytes:
+        parts: list[bytes] = []
+        while data:
+            self._open = True
+            try:
+                # max_length bounds memory even for a gzip bomb: it stops at limit+1 bytes.
+                out = self._d.decompress(data, self._limit + 1 - self._out)
+            except zlib.error as exc:
+                raise ProtocolError(f"invalid gzip data: {exc}") from None
+            self._out += len(out)
+            if self._out > self._limit:
+                raise ProtocolError(f"decompressed message exceeds {self._limit} bytes", "resource_exhausted")
+            parts.append(out)
+            if self._d.eof:  # the next member, if any
+                data = self._d.unused_data
+                self._d = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+                self._open = False
+                self._members += 1
+            else:
+                data = self._d.unconsumed_tail
+        return b"".join(parts)
+
+    def end(self) -> None:
+        """ProtocolError when the data stopped inside a member, or held none."""
+        if self._open or not self._members:
             raise ProtocolError("truncated gzip data")
-        rest = d.unused_data
-        if not rest:
-            return bytes(out)
+
+
+def _gunzip(data: bytes, limit: int) -> bytes:
+    stream = GzipStream(limit)
+    out = stream.feed(data)
+    stream.end()
+    return out
 
 
 class FrameDecoder:

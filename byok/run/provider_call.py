@@ -60,11 +60,6 @@ def output_limit_hint(model: ModelConfig, kind: str) -> str:
     return ""
 
 
-def model_hints(model: ModelConfig, kind: str) -> dict[str, str]:
-    """CallContext's hints for ``model`` on a provider of ``kind``."""
-    return {"output_limit_hint": output_limit_hint(model, kind), "context_hint": context_hint(model)}
-
-
 def context_hint(model: ModelConfig) -> str:
     """What to do when a request no longer fits ``model``'s context window."""
     return (
@@ -97,10 +92,8 @@ class CallContext:
     headers: tuple[tuple[str, str], ...] = ()  # the provider's own (config)
     max_tries: int = 4
     retry_base_s: float = 0.5
-    # Appended to an answer cut off at the output token limit: which setting to raise.
-    output_limit_hint: str = ""
-    # Appended to a refusal of a request longer than the model's context window.
-    context_hint: str = ""
+    # The configured model: an error it can fix (its output limit, its context window) says how.
+    model: ModelConfig | None = None
 
 
 async def call_model(ctx: CallContext, request: ModelRequest) -> ModelCallResult:
@@ -183,10 +176,10 @@ async def call_model(ctx: CallContext, request: ModelRequest) -> ModelCallResult
         result = call.result()
     except ev.ProviderError as e:
         hint = refused_option_hint(ctx.provider_id, ctx.adapter.kind, e)
-        if e.output_limit:
-            hint += ctx.output_limit_hint
-        elif exceeds_context(e):
-            hint += ctx.context_hint
+        if ctx.model is not None and e.output_limit:
+            hint += output_limit_hint(ctx.model, ctx.adapter.kind)
+        elif ctx.model is not None and exceeds_context(e):
+            hint += context_hint(ctx.model)
         text = e.message + hint
         exc, failure = e, ConnectError("unavailable", text, provider_error_details(text))
     except ModelProtocolError as e:

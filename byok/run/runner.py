@@ -50,7 +50,7 @@ from byok.run.crash import crash_point
 from byok.run.history import StartFailed
 from byok.run.inbox_pump import pump_inbox
 from byok.run.kv import KvFailure, KvLink
-from byok.run.provider_call import CallContext, ProviderCallFailed, cache_key, call_model, model_hints
+from byok.run.provider_call import CallContext, ProviderCallFailed, cache_key, call_model
 from byok.run.slot import RunSlot
 from byok.run.start_point import begin, changed_under_run, ends_with_answer, runtime_message, start_point
 from byok.run.token_details import token_details
@@ -253,6 +253,7 @@ class Run:
         registry = self.deps.tools.registry
         steps: dict[str, Blob] = {}  # call id -> its step (a known tool's card)
         published_ids: set[str] = set()
+        call_ids = {c.call_id for c in calls}
         settled_turn: list[TurnRecord] = []
 
         async def commit(message: Message) -> None:
@@ -271,7 +272,7 @@ class Run:
                 step = steps[message.tool_call_id] = Blob.of(encode.tool_step(outcome.ui_bytes()))
                 blobs.append(step)
             published_ids.add(message.tool_call_id)
-            if len(published_ids) == len({c.call_id for c in calls}):
+            if len(published_ids) == len(call_ids):
                 settled_turn.append(_round_turn(turn, calls, steps))
                 blobs.append(settled_turn[0].structure())
             self.kv.offer(blobs)
@@ -402,7 +403,7 @@ class Run:
             call_log=self.deps.call_log,
             max_tries=self.deps.config.server.provider_max_tries,
             retry_base_s=self.deps.config.server.provider_retry_base_s,
-            **model_hints(self.model, self.provider.kind),
+            model=self.model,
         )
         try:
             with self.deps.activity.provider_call():  # the store is idle meanwhile (upkeep.py)

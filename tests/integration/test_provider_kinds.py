@@ -121,22 +121,27 @@ async def test_tool_round_with_replay(kind: str, tmp_path: Path, nursery: trio.N
         assert all(c.usage is not None for c in calls)
 
 
+async def refusal(tmp_path: Path, nursery: trio.Nursery, kind: str, message: str) -> str:
+    """The run's error message when the provider answers 400 with ``message`` (its code checked)."""
+    async with start_daemon(tmp_path, nursery, kind=kind) as d:
+        d.provider.enqueue(error_script(400, message))
+        tr = await d.sim.run(
+            "req-refused", user_turn("hi", conversation_id="c-refused", model_id="byok-demo", message_id="m")
+        )
+    error = tr.error
+    assert error is not None and error["code"] == "unavailable"
+    return str(error["message"])
+
+
 async def test_a_refused_default_field_names_the_option_that_leaves_it_out(
     tmp_path: Path, nursery: trio.Nursery
 ) -> None:
     """An Anthropic-compatible server that refuses a field byok adds by default: the run's error
     says which provider option turns it off."""
-    async with start_daemon(tmp_path, nursery, kind="anthropic") as d:
-        d.provider.enqueue(error_script(400, "cache_control: Extra inputs are not permitted"))
-        tr = await d.sim.run(
-            "req-refused",
-            user_turn("hi", conversation_id="c-refused", model_id="byok-demo", message_id="m"),
-        )
-        error = tr.error
-        assert error is not None and error["code"] == "unavailable"
-        assert error["message"].startswith("HTTP 400: cache_control: Extra inputs are not permitted")
-        assert "set prompt_cache = false on provider" in error["message"]
-        assert "eager_input_streaming" not in error["message"]
+    message = await refusal(tmp_path, nursery, "anthropic", "cache_control: Extra inputs are not permitted")
+    assert message.startswith("HTTP 400: cache_control: Extra inputs are not permitted")
+    assert "set prompt_cache = false on provider" in message
+    assert "eager_input_streaming" not in message
 
 
 ANTHROPIC_HEADERS = """[providers.headers]
@@ -195,28 +200,20 @@ async def test_extra_body_reaches_every_request_and_a_cut_off_answer_names_the_l
 async def test_a_responses_server_refusing_the_cache_key_names_its_option(
     tmp_path: Path, nursery: trio.Nursery
 ) -> None:
-    async with start_daemon(tmp_path, nursery, kind="openai_responses") as d:
-        d.provider.enqueue(error_script(400, "Unrecognized request argument supplied: prompt_cache_key"))
-        tr = await d.sim.run(
-            "req-key", user_turn("hi", conversation_id="c-key", model_id="byok-demo", message_id="m")
-        )
-        error = tr.error
-        assert error is not None and error["code"] == "unavailable"
-        assert error["message"].endswith(
-            "(if this server does not support it, set prompt_cache_key = false on provider 'fake')"
-        )
+    message = await refusal(
+        tmp_path, nursery, "openai_responses", "Unrecognized request argument supplied: prompt_cache_key"
+    )
+    assert message.endswith(
+        "(if this server does not support it, set prompt_cache_key = false on provider 'fake')"
+    )
 
 
 async def test_a_conversation_over_the_context_window_says_so(tmp_path: Path, nursery: trio.Nursery) -> None:
-    async with start_daemon(tmp_path, nursery, kind="anthropic") as d:
-        d.provider.enqueue(error_script(400, "prompt is too long: 210000 tokens > 200000 maximum"))
-        tr = await d.sim.run(
-            "req-long", user_turn("hi", conversation_id="c-long", model_id="byok-demo", message_id="m")
-        )
-        error = tr.error
-        assert error is not None and error["code"] == "unavailable"
-        assert error["message"] == (
-            "HTTP 400: prompt is too long: 210000 tokens > 200000 maximum (the conversation no longer fits "
-            "the context window of model 'byok-demo', 128,000 tokens in the config; start a new chat, or "
-            "pick a model with a larger window)"
-        )
+    message = await refusal(
+        tmp_path, nursery, "anthropic", "prompt is too long: 210000 tokens > 200000 maximum"
+    )
+    assert message == (
+        "HTTP 400: prompt is too long: 210000 tokens > 200000 maximum (the conversation no longer fits "
+        "the context window of model 'byok-demo', 128,000 tokens in the config; start a new chat, or "
+        "pick a model with a larger window)"
+    )
