@@ -135,7 +135,7 @@ async def run_daemon(
                 functools.partial(
                     between_runs,
                     app.activity,
-                    functools.partial(release_caches, store, app.supervisors),
+                    functools.partial(release_caches, store, app.supervisors, call_log),
                     idle_s=config.server.idle_release_s,
                     max_gap_s=math.inf,
                 )

@@ -138,6 +138,15 @@ class CallLog:
                 if not self._running:
                     return
 
+    async def forget(self) -> int:
+        """Drop what is kept of every conversation's last call (the idle release); returns how
+        many. Each one's next call is compared with its last call in SQLite, as after a restart.
+        Kept, they grow with every conversation's length and outlive the caches they index."""
+        async with self._lock:
+            count = len(self._previous)
+            self._previous.clear()
+            return count
+
     # -- internals --------------------------------------------------------------------------
 
     def _wake(self) -> None:

@@ -18,7 +18,8 @@ A second one releases what the daemon keeps for fast next turns (``release_cache
 run has been active for ``idle_release_s`` (10 minutes by default). The shared caches are
 bounded (32 MiB of decoded histories, 24 MiB of request fragments, 24 MiB of element digests)
 but would otherwise stay full for the daemon's whole life; what idle conversations remember of
-their clients (root ids, acked ids) goes too. By then the providers' own prompt
+their clients (root ids, acked ids) goes too, and the call log's hashes of each conversation's
+last call (they grow with its length; the next call is compared with SQLite's copy). By then the providers' own prompt
 caches have expired too (5 minutes is the usual lifetime), so the next turn's provider prefill
 costs far more than byok's cold start (about 0.1 s at 5,000 messages).
 """
@@ -41,6 +42,7 @@ from byok.run.call_meter import forget_element_digests
 from byok.store import AsyncStore, SQLiteStore, StoreError
 
 if TYPE_CHECKING:  # not at run time: `byok serve` imports this module before tuning the allocator
+    from byok.run.call_log import CallLog
     from byok.run.conversation import Supervisors
 
 log = logging.getLogger("byok.upkeep")
@@ -140,11 +142,12 @@ async def checkpoint_while_calling(
                 log.warning("WAL checkpoint failed: %s", e)
 
 
-async def release_caches(store: AsyncStore, supervisors: Supervisors) -> None:
+async def release_caches(store: AsyncStore, supervisors: Supervisors, call_log: CallLog) -> None:
     """Drop every conversation's decoded history, request fragments and element digests (all
-    caches: the next turn reads them back from SQLite) and what idle conversations remember of
-    their clients, then tidy up, which hands the memory back."""
+    caches: the next turn reads them back from SQLite), what idle conversations remember of
+    their clients and the call log of its last calls, then tidy up, which hands the memory back."""
     forgotten = supervisors.forget_idle()
+    await call_log.forget()
     try:
         await store.call(SQLiteStore.forget_cached)
     except StoreError as e:

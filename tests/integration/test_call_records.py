@@ -214,6 +214,32 @@ async def test_prefix_meter_in_memory_and_after_a_restart(store: AsyncStore, nur
     assert await store.prefix_stats(None) == (3, 2)
 
 
+async def test_forgotten_conversations_are_compared_with_sqlite(
+    store: AsyncStore, nursery: trio.Nursery
+) -> None:
+    """The idle release empties the writer's memory of last calls; the next call of each
+    conversation is metered and stored as a tail exactly as if it had been kept."""
+    log = CallLog(store)
+    await nursery.start(log.run)
+    log.submit(rec("r1", "c", [SYS, U1]))
+    log.submit(rec("x1", "other", [U1]))
+    await log.flush()
+    assert await log.forget() == 2
+    assert await log.forget() == 0
+    log.submit(rec("r2", "c", [SYS, U1, A1, U2]))
+    log.submit(rec("x2", "other", [U2]))
+    await log.flush()
+    r2, x2 = (await store.llm_calls("r2"))[0], (await store.llm_calls("x2"))[0]
+    assert (r2.prefix_extends, r2.common_prefix_messages) == (True, 2)
+    assert (x2.prefix_extends, x2.common_prefix_messages) == (False, 0)
+    # Kept again once written: the third call is compared in memory.
+    log.submit(rec("r3", "c", [SYS, U1, A1, U2, A1]))
+    await log.flush()
+    (r3,) = await store.llm_calls("r3")
+    assert (r3.prefix_extends, r3.common_prefix_messages) == (True, 4)
+    assert await log.forget() == 2
+
+
 @pytest.mark.parametrize("flush_between", [True, False])
 async def test_prefix_meter_lru_eviction(
     store: AsyncStore, nursery: trio.Nursery, flush_between: bool

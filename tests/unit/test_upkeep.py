@@ -14,6 +14,7 @@ import trio.testing
 from byok.model.messages import Message
 from byok.providers import rendering
 from byok.run import call_meter
+from byok.run.call_log import CallLog
 from byok.run.conversation import ActiveRun, Supervisors
 from byok.run.upkeep import (
     RunActivity,
@@ -23,7 +24,7 @@ from byok.run.upkeep import (
     tidy,
     until_quiet,
 )
-from byok.store import AsyncStore
+from byok.store import AsyncStore, LlmCallRecord
 from byok.store.schema import WAL_SIZE_LIMIT_BYTES
 
 
@@ -195,7 +196,11 @@ async def test_an_idle_release_drops_the_shared_caches_and_loses_nothing(tmp_pat
         busy = supervisors.get("busy")
         busy.active = ActiveRun("r", trio.CancelScope(), trio.Event())
 
-        await release_caches(store, supervisors)
+        call_log = CallLog(store)
+        call_log.submit(LlmCallRecord("r", "c", "p", "m", b'{"messages":[{"role":"user"}]}', "", "", "ok", 1))
+        await call_log.flush()
+        await release_caches(store, supervisors, call_log)
+        assert await call_log.forget() == 0  # the release emptied it
 
         assert len(supervisors) == 1 and supervisors.get("busy") is busy  # never a running one
         assert supervisors.get("idle") is not idle and not supervisors.get("idle").memory.acked
