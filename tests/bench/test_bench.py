@@ -623,6 +623,8 @@ async def test_4_turn_commit(tmp_path: Path, nursery: trio.Nursery) -> None:
 N_BLOCKS = size(500, 100)  # x 10 messages
 IDLE_RELEASE_S = 3.0  # the bench 5 daemon's idle_release_s
 LONG_CONV = "long-conv"
+WINDOW_CONV = "window-conv"
+WINDOW_BYTES = 800_000  # a 200K-token context window's request, at ~4 bytes a token
 _LOREM = (
     "Lorem ipsum dolor sit amet, consectetur adipiscing elit, sed do eiusmod tempor incididunt ut "
     "labore et dolore magna aliqua. Ut enim ad minim veniam, quis nostrud exercitation ullamco. "
@@ -769,6 +771,30 @@ async def test_5_long_conversation(tmp_path: Path, nursery: trio.Nursery) -> Non
         ms(cold_s + project_cold_s + build_cold_s),
         "ms",
         20,
+    )
+    # The same at the size a 200K-token context window holds (~4 bytes a token): 5,000 such
+    # messages are 1.4M tokens, more than any model takes.
+    window_blocks = max(1, N_BLOCKS * WINDOW_BYTES // len(body))
+    with SQLiteStore.open_in(data_dir) as s:
+        s.append(WINDOW_CONV, 0, [m for b in range(window_blocks) for m in block(b)], 1_700_000_000_000)
+
+    def window_cold() -> float:
+        t = time.perf_counter()
+        with SQLiteStore.open_in(data_dir) as s:
+            head = s.head(WINDOW_CONV).messages
+        rendering.forget_rendered()
+        history = project(head)
+        adapter.render(ModelRequest(system=system, tools=tools, history=history, settings=settings))
+        return time.perf_counter() - t
+
+    window_s = statistics.median(window_cold() for _ in range(5))
+    report(
+        "5 long conv",
+        f"  the same at a full 200K-token window ({window_blocks * 10:,} messages)",
+        ms(window_s),
+        "ms",
+        20,
+        note=f"{window_blocks * len(body) / N_BLOCKS / 1e6:.2f} MB body",
     )
     report("5 long conv", f"  store.head, cold (SQL + decode {count:,} messages)", ms(cold_s), "ms")
     report("5 long conv", "  store.head, warm (revision cache hit)", ms(warm_s), "ms")
