@@ -26,7 +26,7 @@ from byok.http.serve import serve_app
 from byok.pb.agent import v1 as agent
 from byok.pb.aiserver import v1 as aiserver
 from byok.run.call_log import DRAIN_TIMEOUT_S, CallLog
-from byok.run.runner import RunDeps, ToolSetup
+from byok.run.deps import RunDeps, ToolSetup
 from byok.run.upkeep import (
     RunActivity,
     between_runs,

@@ -20,7 +20,8 @@ from byok.http.offline import OfflineAnswers, UpstreamHealth
 from byok.http.run_stream import RunStreams
 from byok.pb.agent import v1 as agent
 from byok.run.conversation import ActiveRun, Supervisors
-from byok.run.runner import Run, RunDeps
+from byok.run.deps import RunDeps
+from byok.run.runner import Run
 from byok.run.slot import RunRegistry, RunSlot
 
 log = logging.getLogger("byok.http")

@@ -17,14 +17,14 @@ import attrs
 import httpx
 import trio
 
-from byok.config import ModelConfig
+from byok.config import ModelConfig, ProviderConfig
 from byok.cursor import encode, tool_frames
 from byok.cursor.tools.base import ArgsStream, ToolDef
 from byok.http.connect_envelope import ConnectError, provider_error_details
 from byok.loop import emits as em
 from byok.loop.model_call import ModelCall, ModelCallResult, ModelProtocolError
 from byok.model import events as ev
-from byok.model.request import ModelRequest, RenderedRequest
+from byok.model.request import ModelRequest, ModelSettings, RenderedRequest
 from byok.model.usage import Usage
 from byok.providers.adapters import Adapter
 from byok.providers.anthropic_request import DEFAULT_MAX_TOKENS
@@ -44,6 +44,19 @@ def cache_key(conversation_id: str) -> str:
     """The conversation's prompt_cache_key: the same across turns and restarts, and not the
     client's id itself."""
     return "byok-" + hashlib.sha256(conversation_id.encode()).hexdigest()[:32]
+
+
+def model_settings(model: ModelConfig, provider: ProviderConfig, conversation_id: str) -> ModelSettings:
+    """What a call's request takes from the config (and, for its cache key, the conversation)."""
+    return ModelSettings(
+        upstream_model=model.upstream_model,
+        max_output_tokens=model.max_output_tokens,
+        replay_reasoning_on_tool_turns=model.replay_reasoning,
+        prompt_cache=provider.prompt_cache,
+        eager_input_streaming=provider.eager_input_streaming,
+        extra_body=model.extra_body,
+        cache_key=cache_key(conversation_id) if provider.prompt_cache_key else "",
+    )
 
 
 def output_limit_hint(model: ModelConfig, kind: str) -> str:

@@ -15,15 +15,12 @@ Frame orders (seeds 000 §19, §21, §22.3):
 from __future__ import annotations
 
 import logging
-import time
 import uuid
-from collections.abc import Callable, Mapping
 
 import attrs
-import httpx
 import trio
 
-from byok.config import Config, ModelConfig, ProviderConfig
+from byok.config import ModelConfig, ProviderConfig
 from byok.cursor import encode
 from byok.cursor.checkpoint import (
     Blob,
@@ -33,51 +30,32 @@ from byok.cursor.checkpoint import (
     build_checkpoint,
     thinking_step,
 )
-from byok.cursor.prompting import ModeAssets, mode_name
+from byok.cursor.prompting import mode_name
 from byok.cursor.request import RunStart
-from byok.cursor.tools.base import ToolDef, ToolOutcome
+from byok.cursor.tools.base import ToolOutcome
 from byok.http.connect_envelope import ConnectError, end_stream_error, end_stream_ok
 from byok.loop.model_call import ModelCallResult
 from byok.model.messages import Message, ToolCall
 from byok.model.projection import project
-from byok.model.request import ModelRequest, ModelSettings, ToolSpec
+from byok.model.request import ModelRequest
 from byok.model.usage import Usage
 from byok.pb.agent import v1 as agent
 from byok.providers.adapters import adapter_for
-from byok.run.call_log import CallLog
 from byok.run.conversation import ConversationMemory, ConversationSupervisor
 from byok.run.crash import crash_point
+from byok.run.deps import RunDeps
 from byok.run.history import StartFailed
 from byok.run.inbox_pump import pump_inbox
 from byok.run.kv import KvFailure, KvLink
-from byok.run.provider_call import CallContext, ProviderCallFailed, cache_key, call_model
+from byok.run.provider_call import CallContext, ProviderCallFailed, call_model, model_settings
 from byok.run.slot import RunSlot
 from byok.run.start_point import begin, changed_under_run, ends_with_answer, runtime_message, start_point
 from byok.run.token_details import token_details
 from byok.run.tool_round import ExecRouter, ToolRound
-from byok.run.upkeep import RunActivity
-from byok.store import AsyncStore, RunExists, StaleRevision
+from byok.store import RunExists, StaleRevision
 from byok.store.records import Head
 
 log = logging.getLogger("byok.run")
-
-
-@attrs.frozen
-class ToolSetup:
-    registry: Mapping[str, ToolDef]
-    specs_by_mode: Mapping[str, tuple[ToolSpec, ...]]
-
-
-@attrs.frozen
-class RunDeps:
-    config: Config
-    store: AsyncStore
-    prompts: dict[str, ModeAssets]
-    tools: ToolSetup
-    http: httpx.AsyncClient
-    call_log: CallLog
-    wall_ms: Callable[[], int] = attrs.field(default=lambda: int(time.time() * 1000))
-    activity: RunActivity = attrs.Factory(RunActivity)
 
 
 class RunFailed(Exception):
@@ -377,15 +355,7 @@ class Run:
             system=self.assets.system,
             tools=self.tool_specs,
             history=project(self._current_head().messages),
-            settings=ModelSettings(
-                upstream_model=self.model.upstream_model,
-                max_output_tokens=self.model.max_output_tokens,
-                replay_reasoning_on_tool_turns=self.model.replay_reasoning,
-                prompt_cache=self.provider.prompt_cache,
-                eager_input_streaming=self.provider.eager_input_streaming,
-                extra_body=self.model.extra_body,
-                cache_key=cache_key(self.start.conversation_id) if self.provider.prompt_cache_key else "",
-            ),
+            settings=model_settings(self.model, self.provider, self.start.conversation_id),
         )
         ctx = CallContext(
             request_id=self.start.request_id,

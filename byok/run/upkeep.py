@@ -19,9 +19,9 @@ run has been active for ``idle_release_s`` (10 minutes by default). The shared c
 bounded (32 MiB of decoded histories, 24 MiB of request fragments, 24 MiB of element digests)
 but would otherwise stay full for the daemon's whole life; what idle conversations remember of
 their clients (root ids, acked ids) goes too, and the call log's hashes of each conversation's
-last call (they grow with its length; the next call is compared with SQLite's copy). By then the providers' own prompt
-caches have expired too (5 minutes is the usual lifetime), so the next turn's provider prefill
-costs far more than byok's cold start (about 0.1 s at 5,000 messages).
+last call (they grow with its length; the next call is compared with SQLite's copy). By then
+the providers' own prompt caches have expired too (5 minutes is the usual lifetime), so the next
+turn's provider prefill costs far more than byok's cold start (about 0.1 s at 5,000 messages).
 """
 
 from __future__ import annotations

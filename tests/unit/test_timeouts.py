@@ -26,8 +26,8 @@ from byok.http.connect_envelope import (
 )
 from byok.pb.agent import v1 as agent
 from byok.run.conversation import ActiveRun
+from byok.run.deps import RunDeps, ToolSetup
 from byok.run.kv import KvFailure, KvLink
-from byok.run.runner import RunDeps, ToolSetup
 from byok.run.slot import RunSlot
 
 # --- KV: SET/ACK and GET ------------------------------------------------------------------------

@@ -1,0 +1,36 @@
+"""What every run shares: the config, the store, prompts and tools, the provider HTTP client,
+the call log and the activity counter (the daemon makes one of each)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+
+import attrs
+import httpx
+
+from byok.config import Config
+from byok.cursor.prompting import ModeAssets
+from byok.cursor.tools.base import ToolDef
+from byok.model.request import ToolSpec
+from byok.run.call_log import CallLog
+from byok.run.upkeep import RunActivity
+from byok.store import AsyncStore
+
+
+@attrs.frozen
+class ToolSetup:
+    registry: Mapping[str, ToolDef]
+    specs_by_mode: Mapping[str, tuple[ToolSpec, ...]]
+
+
+@attrs.frozen
+class RunDeps:
+    config: Config
+    store: AsyncStore
+    prompts: dict[str, ModeAssets]
+    tools: ToolSetup
+    http: httpx.AsyncClient
+    call_log: CallLog
+    wall_ms: Callable[[], int] = attrs.field(default=lambda: int(time.time() * 1000))
+    activity: RunActivity = attrs.Factory(RunActivity)
