@@ -13,8 +13,8 @@ from pathlib import Path
 
 import trio
 
+from tests.bench.common import loadavg, note, size, turn_request, workspace
 from tests.bench.driver import child_daemon, report
-from tests.bench.test_bench import loadavg, note, size, turn_request, workspace
 from tests.support.fake_provider import chat_text_script, chat_tool_script
 
 N_CONVERSATIONS = size(96, 8)  # three times the conversations whose memory is kept (32)
