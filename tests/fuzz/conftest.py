@@ -1,11 +1,11 @@
-"""Hypothesis profile for the fuzz properties (tests/fuzz/test_fuzz.py).
+"""Hypothesis profile for the fuzz properties (tests/fuzz/test_fuzz_*.py).
 
-``make test`` runs every property with its own small example count (the whole file stays well
-under 30 s). ``make fuzz`` sets ``BYOK_FUZZ_EXAMPLES`` (examples *per target*; the Makefile
+``make test`` runs every property with its own small example count (the whole directory stays
+well under 30 s). ``make fuzz`` sets ``BYOK_FUZZ_EXAMPLES`` (examples *per target*; the Makefile
 picks a value that makes ~10^6 across all targets) and the same properties run that many times.
 
 The profile is registered, never loaded globally, so other test directories keep Hypothesis'
-defaults; test_fuzz.py applies it per test through ``fuzz(n)``.
+defaults; the fuzz modules apply it per test through ``fuzz(n)`` (tests/fuzz/support.py).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from byok.http.append_skim import KEEP_DATA_HEX, AppendSkim, exec_id_of
 from byok.http.connect_envelope import FLAG_COMPRESSED, ProtocolError
 from byok.pb.agent import v1 as agent
 from byok.pb.aiserver import v1 as aiserver
-from tests.fuzz.test_fuzz import fuzz
+from tests.fuzz.support import fuzz
 
 _WRAPPINGS = ("raw", "enveloped", "gzip", "envelope-gzip", "sniffed")
 
