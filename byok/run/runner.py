@@ -52,7 +52,7 @@ from byok.run.slot import RunSlot
 from byok.run.start_point import begin, changed_under_run, ends_with_answer, runtime_message, start_point
 from byok.run.token_details import token_details
 from byok.run.tool_round import ExecRouter, ToolRound
-from byok.store import RunExists, StaleRevision
+from byok.store import RunExists, StaleRevision, StoreError
 from byok.store.records import Head
 
 log = logging.getLogger("byok.run")
@@ -103,6 +103,8 @@ class Run:
                     ended_ok = True
                 except RunFailed as e:
                     error = e.error
+                except StoreError as e:  # the machine's fault (disk full, read-only), not byok's
+                    error = ConnectError("internal", f"byok's database failed: {e}")
                 except Exception as e:  # a bug, not a peer error: still one clean terminal state
                     log.exception("run %s failed internally", st.request_id)
                     error = ConnectError("internal", f"internal error: {type(e).__name__}: {e}")
@@ -129,25 +131,34 @@ class Run:
             )
 
     async def _finish(self, status: str, error: ConnectError | None = None) -> None:
+        """Record the terminal state. The client already has it; a database that cannot take it
+        (disk full) costs the record, never the daemon: the row stays 'running' and the next
+        start marks it interrupted."""
         with trio.CancelScope(shield=True):
             if self._row == "foreign":
                 return
-            if self._row == "unwritten":  # the run ended before its start point wrote the row
-                st = self.start
-                await self.deps.store.start_run(
-                    st.request_id, st.conversation_id, st.model_id, self.deps.wall_ms()
-                )
-            root_ids = list(self.memory.unsaved.items())
-            await self.deps.store.finish_run(
-                self.start.request_id,
-                status,
-                self.deps.wall_ms(),
-                error_code=error.code if error else None,
-                error_message=error.message if error else None,
-                usage=self.usage,
-                root_ids=root_ids,
+            try:
+                await self._record_end(status, error)
+            except StoreError as e:
+                log.error("run %s: its end (%s) could not be recorded: %s", self.start.request_id, status, e)
+
+    async def _record_end(self, status: str, error: ConnectError | None) -> None:
+        if self._row == "unwritten":  # the run ended before its start point wrote the row
+            st = self.start
+            await self.deps.store.start_run(
+                st.request_id, st.conversation_id, st.model_id, self.deps.wall_ms()
             )
-            self.memory.saved(root_ids)
+        root_ids = list(self.memory.unsaved.items())
+        await self.deps.store.finish_run(
+            self.start.request_id,
+            status,
+            self.deps.wall_ms(),
+            error_code=error.code if error else None,
+            error_message=error.message if error else None,
+            usage=self.usage,
+            root_ids=root_ids,
+        )
+        self.memory.saved(root_ids)
 
     # --- the turn ----------------------------------------------------------------------
     async def _turn(self) -> None:

@@ -1,0 +1,76 @@
+"""A database that cannot be written (disk full, read-only): the run ends with an error that
+says so, nothing half-written stays, and the daemon serves the next turn once the disk is back."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import trio
+
+from byok.devtools.cursor_sim import user_turn
+from byok.store import SQLiteStore
+from tests.integration.conftest import Daemon
+from tests.support.fake_provider import chat_text_script
+
+NO_LIMIT = 1_073_741_823  # SQLite's largest max_page_count
+
+
+@pytest.fixture
+def disk(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+    """``disk["state"]``: "ok"; "full", the database file cannot grow (its max_page_count pinned
+    at its size: SQLITE_FULL, "database or disk is full"); or "read-only", no write at all
+    (SQLITE_READONLY). Applied to every write transaction of the daemon's store."""
+    disk = {"state": "ok"}
+    original = SQLiteStore._transaction
+
+    def transaction(self: SQLiteStore, *, write: bool) -> Any:
+        conn = self._conn
+        if conn is not None and write:
+            conn.execute(f"PRAGMA query_only = {int(disk['state'] == 'read-only')}")
+            pages = conn.execute("PRAGMA page_count").fetchone()[0]
+            conn.execute(f"PRAGMA max_page_count = {pages if disk['state'] == 'full' else NO_LIMIT}")
+        return original(self, write=write)
+
+    monkeypatch.setattr(SQLiteStore, "_transaction", transaction)
+    yield disk
+
+
+def turn(text: str, msg: str) -> Any:
+    return user_turn(text, conversation_id="conv-disk", model_id="byok-demo", message_id=msg)
+
+
+@pytest.mark.parametrize(
+    ("state", "reason"),
+    [("full", "database or disk is full"), ("read-only", "attempt to write a readonly database")],
+)
+async def test_a_database_that_cannot_be_written_fails_the_run_not_the_daemon(
+    daemon: Daemon, disk: dict[str, str], state: str, reason: str
+) -> None:
+    daemon.provider.enqueue(chat_text_script(["first answer"]))
+    assert (await daemon.sim.run("req-1", turn("hello", "m1"))).end_stream == {}
+
+    disk["state"] = state
+    with trio.fail_after(10):
+        failed = await daemon.sim.run("req-2", turn("y" * 2_000_000, "m2"))  # needs new pages
+    assert failed.error is not None and failed.error["code"] == "internal"
+    assert failed.error["message"] == f"byok's database failed: sqlite: {reason}"
+    assert "interaction_update.turn_ended" not in failed.kinds()
+    assert len(daemon.provider.requests) == 1  # the message was not committed: no call
+
+    disk["state"] = "ok"
+    daemon.provider.enqueue(chat_text_script(["third answer"]))
+    with trio.fail_after(10):
+        again = await daemon.sim.run("req-3", turn("again", "m3"))
+    assert again.end_stream == {}, again.end_stream
+    sent = daemon.provider.requests[-1].json["messages"]
+    assert [m["role"] for m in sent[1:]] == ["user", "assistant", "user"]
+    assert not any("yyyy" in str(m["content"]) for m in sent)
+    with SQLiteStore.open_in(daemon.data_dir) as store:
+        assert len(store.head("conv-disk").messages) == 4
+        run = store.run("req-2")
+        # Its end was recorded where only the big message could not fit; a read-only database
+        # took nothing, not even the run's row (a row left 'running' is marked interrupted at the
+        # next start).
+        assert (run is not None and run.status == "error") if state == "full" else run is None
