@@ -159,14 +159,9 @@ _CONNECT_CODE_FOR_STATUS = {
 class Forwarder:
     """ASGI app that relays a request to ``upstream`` and streams the answer back.
 
-    The caller owns ``client`` and must create it as ``daemon.upstream_client`` does::
-
-        httpx.AsyncClient(
-            http2=False,
-            timeout=httpx.Timeout(connect=10, read=None, write=None, pool=None),
-            follow_redirects=False,
-            limits=pool_limits(UPSTREAM_KEEPALIVE_S),  # idle connections kept 55 s, not 5 s
-        )
+    The caller owns ``client`` and must create it as ``daemon.upstream_client`` does: HTTP/1.1,
+    a connect timeout only, no redirects followed, idle connections kept 55 s (not httpx's 5 s),
+    TCP keepalive probes on every connection.
 
     No read/write timeout because Connect server streams legitimately go quiet for long
     stretches; redirects are passed to the client rather than followed. Requests are built

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import AsyncIterator
 
@@ -10,7 +11,13 @@ import httpx
 import pytest
 import trio
 
-from byok.daemon import KEEPALIVE_S, UPSTREAM_KEEPALIVE_S, provider_client, upstream_client
+from byok.daemon import (
+    KEEPALIVE_IDLE_S,
+    KEEPALIVE_S,
+    UPSTREAM_KEEPALIVE_S,
+    provider_client,
+    upstream_client,
+)
 from byok.model.events import (
     Done,
     ModelEvent,
@@ -223,3 +230,37 @@ async def test_idle_connections_outlive_a_users_pause(
             await fake.close_idle()
         await call(c, endpoint)
         assert fake.connections == 3
+
+
+def _established_to(port: int) -> list[tuple[int, int]]:
+    """(timer kind, ticks until it fires) of each established socket whose peer is ``port``, from
+    Linux's socket tables (timer kind 2: the keepalive timer)."""
+    rows = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+                timer, when = fields[5].split(":")
+                if remote_port == port and fields[3] == "01":
+                    rows.append((int(timer, 16), int(when, 16)))
+    return rows
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="reads Linux's socket tables")
+@pytest.mark.parametrize("make_client", [provider_client, upstream_client])
+async def test_outgoing_connections_probe_a_silent_peer(provider, make_client) -> None:
+    """With no read timeout (a model may think for minutes), only TCP keepalive finds a
+    connection that died silently (a laptop's sleep, a network change). The idle pooled
+    connection has its keepalive timer armed, due within KEEPALIVE_IDLE_S."""
+    fake, endpoint = provider
+    port = httpx.URL(endpoint.url).port
+    assert port is not None
+    async with make_client() as c:
+        fake.enqueue(chat_text_script(["x"]))
+        await call(c, endpoint)
+        timers = _established_to(port)
+        assert len(timers) == 1, timers
+        (kind, ticks) = timers[0]
+        assert kind == 2 and 0 < ticks <= KEEPALIVE_IDLE_S * os.sysconf("SC_CLK_TCK")
