@@ -78,12 +78,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
                     stop()
                     stop = None
 
+    from byok.daemon import StartupError, leaves
+
     try:
         trio.run(main)
     except KeyboardInterrupt:
         return 0
-    except OSError as e:
-        print(f"byok: cannot serve on {config.server.host}:{config.server.port}: {e}", file=sys.stderr)
+    except BaseExceptionGroup as group:  # the nurseries wrap what the daemon raised
+        startup, rest = group.split(StartupError)
+        if startup is None or rest is not None:
+            raise
+        print(f"byok: {leaves(startup)[0]}", file=sys.stderr)
         return 1
     return 0
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import httpx
 import trio
@@ -36,9 +37,41 @@ from byok.run.upkeep import (
     tidy,
     until_quiet,
 )
-from byok.store import AsyncStore
+from byok.store import AsyncStore, StoreError
 
 log = logging.getLogger("byok")
+
+
+class StartupError(Exception):
+    """The daemon could not start; the message says what to fix (`byok serve` prints it)."""
+
+
+@contextlib.contextmanager
+def _starting(what: str) -> Iterator[None]:
+    """The OS's or the store's refusal while starting ``what`` (alone, or all a task group
+    raised), as a StartupError."""
+    try:
+        yield
+    except (OSError, StoreError) as e:
+        raise StartupError(f"cannot {what}: {_reason(e)}") from e
+    except BaseExceptionGroup as group:
+        refused, rest = group.split((OSError, StoreError))
+        if refused is None or rest is not None:
+            raise
+        raise StartupError(f"cannot {what}: {_reason(leaves(refused)[0])}") from group
+
+
+def _reason(e: BaseException) -> str:
+    return e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+
+
+def leaves(group: BaseExceptionGroup) -> list[BaseException]:
+    """The exceptions in ``group`` and in the groups inside it."""
+    return [
+        leaf for e in group.exceptions for leaf in (leaves(e) if isinstance(e, BaseExceptionGroup) else [e])
+    ]
+
+
 # After the runs end, how long their streams get to write their last frames.
 STREAM_DRAIN_S = 5.0
 # How long a provider-call record may wait for the runs to go quiet before it is written anyway.
@@ -127,9 +160,10 @@ async def run_daemon(
         registry=build_registry(),
         specs_by_mode={mode: mode_tools(root, mode, catalog) for mode in prompts},
     )
-    store = await AsyncStore.open(config.server.data_dir)
-    # Runs a crash left 'running' can never finish now: record them as interrupted, once.
-    interrupted = await store.interrupt_running_runs(int(time.time() * 1000))
+    with _starting(f"use data_dir {config.server.data_dir}"):
+        store = await AsyncStore.open(config.server.data_dir)
+        # Runs a crash left 'running' can never finish now: record them as interrupted, once.
+        interrupted = await store.interrupt_running_runs(int(time.time() * 1000))
     if interrupted:
         log.warning("marked %d run(s) interrupted by the previous shutdown", interrupted)
     activity = RunActivity()
@@ -174,21 +208,24 @@ async def run_daemon(
                     max_gap_s=math.inf,
                 )
             )
-            base_url, stop_server = await serve_app(
-                app, host=config.server.host, port=config.server.port, nursery=nursery
-            )
+            with _starting(f"listen on {config.server.host}:{config.server.port}"):
+                base_url, stop_server = await serve_app(
+                    app, host=config.server.host, port=config.server.port, nursery=nursery
+                )
             log.info("byok listening on %s (data dir %s)", base_url, config.server.data_dir)
             stop_proxy: Callable[[], None] | None = None
             if config.proxy.enabled:
-                ca = LocalCA.load_or_create(config.server.data_dir)
-                proxy_url, stop_proxy = await serve_proxy(
-                    app,
-                    host=config.proxy.host,
-                    port=config.proxy.port,
-                    intercept=config.proxy.intercept,
-                    ca=ca,
-                    nursery=nursery,
-                )
+                with _starting(f"load or create the proxy's CA in {config.server.data_dir}"):
+                    ca = LocalCA.load_or_create(config.server.data_dir)
+                with _starting(f"listen on {config.proxy.host}:{config.proxy.port} (proxy)"):
+                    proxy_url, stop_proxy = await serve_proxy(
+                        app,
+                        host=config.proxy.host,
+                        port=config.proxy.port,
+                        intercept=config.proxy.intercept,
+                        ca=ca,
+                        nursery=nursery,
+                    )
                 log.info("byok HTTPS proxy listening on %s (CA %s)", proxy_url, ca.cert_path)
             stop = trio.Event()
             task_status.started((base_url, stop.set))

@@ -56,6 +56,32 @@ def test_unreadable_config_named_by_env_var(tmp_path: Path) -> None:
     assert str(missing) in result.stderr and "Traceback" not in result.stderr
 
 
+def test_a_daemon_that_cannot_start_says_why_in_one_line(tmp_path: Path) -> None:
+    """The mistakes a user makes starting a service: the port is taken (byok already runs), the
+    data dir cannot be made. One line each, no traceback, exit status 1."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    cases = [
+        (tmp_path / "data", f"--port={port}", f"cannot listen on 127.0.0.1:{port}: Address already in use"),
+        (not_a_dir / "data", "--port=0", f"cannot use data_dir {not_a_dir / 'data'}: Not a directory"),
+    ]
+    try:
+        for data_dir, port_flag, message in cases:
+            cfg = tmp_path / "byok.toml"
+            write_config(cfg, provider_url="http://127.0.0.1:9/v1", data_dir=data_dir)
+            result = byok("serve", "--config", str(cfg), port_flag)
+            assert result.returncode == 1, result.stderr
+            lines = result.stderr.strip().splitlines()
+            assert lines[-1] == f"byok: {message}", result.stderr
+            assert "Traceback" not in result.stderr
+    finally:
+        taken.close()
+
+
 async def test_serve_and_simulate_as_subprocesses(tmp_path: Path, nursery: trio.Nursery) -> None:
     provider = FakeProvider()
     url = await provider.start(nursery)
