@@ -182,4 +182,10 @@ def _transport_error(e: httpx.RequestError) -> ProviderError:
     retryable = isinstance(
         e, httpx.TimeoutException | httpx.NetworkError | httpx.RemoteProtocolError | httpx.ProxyError
     )
-    return ProviderError(f"{type(e).__name__}: {str(e) or 'connection failed'}", retryable=retryable)
+    reason = f"{type(e).__name__}: {str(e) or 'connection failed'}"
+    if isinstance(e, httpx.ConnectError | httpx.ConnectTimeout):
+        # "Name or service not known" alone does not say which server: name it (scheme, host and
+        # port only; a query string may hold a key).
+        url = e.request.url
+        reason = f"cannot connect to {url.scheme}://{url.netloc.decode()} ({reason})"
+    return ProviderError(reason, retryable=retryable)

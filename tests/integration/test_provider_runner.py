@@ -160,11 +160,13 @@ async def test_stream_without_terminator_is_truncation(provider, client) -> None
         await call(client, endpoint)
 
 
-async def test_connect_error_is_retryable(client) -> None:
+async def test_connect_error_is_retryable_and_names_the_server(client) -> None:
     port = 9  # nothing listens there (and no client picks it as its own source port)
-    with pytest.raises(ProviderError, match="ConnectError") as e:
-        await call(client, Endpoint(f"http://127.0.0.1:{port}/v1/chat/completions", ()))
+    with pytest.raises(ProviderError) as e:
+        await call(client, Endpoint(f"http://127.0.0.1:{port}/v1/chat/completions?key=secret", ()))
     assert e.value.retryable
+    assert e.value.message.startswith(f"cannot connect to http://127.0.0.1:{port} (ConnectError: ")
+    assert "secret" not in e.value.message
 
 
 async def test_hang_before_headers_is_cancelled_by_the_callers_scope(provider, client) -> None:
