@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 import httpx
 import trio
 
-from byok.config import Config
+from byok.config import Config, ConfigError
 from byok.cursor import proto_decode
 from byok.cursor.prompting import default_prompt_root, load_prompt_assets
 from byok.cursor.tools.catalog import load_tool_catalog, mode_tools
@@ -160,6 +160,12 @@ async def run_daemon(
         registry=build_registry(),
         specs_by_mode={mode: mode_tools(root, mode, catalog) for mode in prompts},
     )
+    for provider in config.providers:
+        try:
+            provider.api_key()
+        except ConfigError as e:
+            # A service does not see the shell's environment: say so now, not at the first turn.
+            log.warning("%s (runs on provider %r fail until it is set)", e, provider.id)
     with _starting(f"use data_dir {config.server.data_dir}"):
         store = await AsyncStore.open(config.server.data_dir)
         # Runs a crash left 'running' can never finish now: record them as interrupted, once.

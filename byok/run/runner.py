@@ -20,7 +20,7 @@ import uuid
 import attrs
 import trio
 
-from byok.config import ModelConfig, ProviderConfig
+from byok.config import ConfigError, ModelConfig, ProviderConfig
 from byok.cursor import encode
 from byok.cursor.checkpoint import (
     Blob,
@@ -362,6 +362,12 @@ class Run:
             raise RunFailed(changed_under_run(e)) from None
 
     async def _call_model(self) -> ModelCallResult:
+        try:
+            api_key = self.provider.api_key()
+        except ConfigError as e:  # api_key_env unset where the daemon runs (a service's own env)
+            raise RunFailed(
+                ConnectError("failed_precondition", f"no API key for provider {self.provider.id!r}: {e}")
+            ) from None
         request = ModelRequest(
             system=self.assets.system,
             tools=self.tool_specs,
@@ -374,7 +380,7 @@ class Run:
             provider_id=self.provider.id,
             adapter=adapter_for(self.provider.kind),
             base_url=self.provider.base_url,
-            api_key=self.provider.api_key(),
+            api_key=api_key,
             headers=self.provider.headers,
             http=self.deps.http,
             registry=self.deps.tools.registry,
