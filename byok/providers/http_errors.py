@@ -83,6 +83,20 @@ def refused_option_hint(provider_id: str, kind: str, e: ProviderError) -> str:
     return f" (if this server does not support it, set {settings} on provider {provider_id!r})"
 
 
+def setup_hint(provider_id: str, model_id: str, url: str, e: ProviderError) -> str:
+    """For the statuses a wrong setup gives: the key refused (401), or nothing at that URL or no
+    such model there (404, both ways): what to check; else ""."""
+    if e.status == 401:
+        return f" (provider {provider_id!r} refused the key: check its api_key or api_key_env)"
+    if e.status == 404:
+        where = url.split("?", 1)[0]  # a query string may hold a key
+        return (
+            f" (provider {provider_id!r}, POST {where}: check its base_url, and the upstream_model"
+            f" of model {model_id!r})"
+        )
+    return ""
+
+
 # How providers word a request longer than the model's context window: OpenAI Chat and the
 # servers that copy it (DeepSeek, vLLM), the Responses API, Anthropic.
 _CONTEXT_OVERFLOW = (

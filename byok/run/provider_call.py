@@ -28,7 +28,7 @@ from byok.model.request import ModelRequest, ModelSettings, RenderedRequest
 from byok.model.usage import Usage
 from byok.providers.adapters import Adapter
 from byok.providers.anthropic_request import DEFAULT_MAX_TOKENS
-from byok.providers.http_errors import exceeds_context, refused_option_hint
+from byok.providers.http_errors import exceeds_context, refused_option_hint, setup_hint
 from byok.providers.kinds import ANTHROPIC
 from byok.providers.retry import stream_with_retries
 from byok.providers.runner import CallStats, StreamParser
@@ -189,6 +189,8 @@ async def call_model(ctx: CallContext, request: ModelRequest) -> ModelCallResult
         result = call.result()
     except ev.ProviderError as e:
         hint = refused_option_hint(ctx.provider_id, ctx.adapter.kind, e)
+        if ctx.model is not None:
+            hint += setup_hint(ctx.provider_id, ctx.model.id, endpoint.url, e)
         if ctx.model is not None and e.output_limit:
             hint += output_limit_hint(ctx.model, ctx.adapter.kind)
         elif ctx.model is not None and exceeds_context(e):

@@ -121,16 +121,32 @@ async def test_tool_round_with_replay(kind: str, tmp_path: Path, nursery: trio.N
         assert all(c.usage is not None for c in calls)
 
 
-async def refusal(tmp_path: Path, nursery: trio.Nursery, kind: str, message: str) -> str:
-    """The run's error message when the provider answers 400 with ``message`` (its code checked)."""
+async def refusal(tmp_path: Path, nursery: trio.Nursery, kind: str, message: str, status: int = 400) -> str:
+    """The run's error message when the provider answers ``status`` with ``message`` (its code
+    checked)."""
     async with start_daemon(tmp_path, nursery, kind=kind) as d:
-        d.provider.enqueue(error_script(400, message))
+        d.provider.enqueue(error_script(status, message))
         tr = await d.sim.run(
             "req-refused", user_turn("hi", conversation_id="c-refused", model_id="byok-demo", message_id="m")
         )
     error = tr.error
     assert error is not None and error["code"] == "unavailable"
     return str(error["message"])
+
+
+async def test_a_wrong_key_or_url_says_what_to_check(tmp_path: Path, nursery: trio.Nursery) -> None:
+    """401 and 404 are what a wrong setup gets: the error names the provider and what to check
+    (the URL byok posted to, for a 404: a base_url missing or repeating /v1, or an unknown model)."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    message = await refusal(tmp_path / "a", nursery, "openai_chat", "Incorrect API key provided", 401)
+    assert message == (
+        "HTTP 401: Incorrect API key provided (provider 'fake' refused the key: check its api_key or"
+        " api_key_env)"
+    )
+    message = await refusal(tmp_path / "b", nursery, "anthropic", "Not Found", 404)
+    assert message.startswith("HTTP 404: Not Found (provider 'fake', POST http://127.0.0.1:")
+    assert message.endswith("/v1/messages: check its base_url, and the upstream_model of model 'byok-demo')")
 
 
 async def test_a_refused_default_field_names_the_option_that_leaves_it_out(
