@@ -54,6 +54,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         level=os.environ.get("BYOK_LOG_LEVEL", "INFO"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if logging.getLogger().level > logging.DEBUG:
+        # httpx logs every request at INFO: each provider call and each request relayed to Cursor's
+        # backend (hundreds an hour), with its whole URL. byok logs what goes wrong itself.
+        logging.getLogger("httpx").setLevel(logging.WARNING)
 
     async def main() -> None:
         log = logging.getLogger("byok")

@@ -89,12 +89,14 @@ async def test_serve_and_simulate_as_subprocesses(tmp_path: Path, nursery: trio.
     cfg = tmp_path / "byok.toml"
     write_config(cfg, provider_url=url, data_dir=tmp_path / "data")
     port = free_port()
-    daemon = await trio.lowlevel.open_process(
-        [sys.executable, "-m", "byok", "serve", "--config", str(cfg), "--port", str(port)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    log = tmp_path / "daemon.log"
+    with open(log, "wb") as log_file:
+        daemon = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "byok", "serve", "--config", str(cfg), "--port", str(port)],
+            cwd=ROOT,
+            stdout=log_file,
+            stderr=log_file,
+        )
     try:
         base = f"http://127.0.0.1:{port}"
         async with httpx.AsyncClient() as client:
@@ -121,3 +123,7 @@ async def test_serve_and_simulate_as_subprocesses(tmp_path: Path, nursery: trio.
             code = await daemon.wait()
     assert code == 0
     assert (tmp_path / "data" / "byok.sqlite3").exists()
+    # The service's log at its default level: the start and the stop, not a line per request.
+    text = log.read_text()
+    assert f"byok listening on http://127.0.0.1:{port}" in text
+    assert "HTTP Request" not in text and url not in text, text
