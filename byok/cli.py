@@ -129,7 +129,16 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print("end-stream:", tr.end_stream)
         return 1 if tr.error else 0
 
-    return trio.run(main)
+    try:
+        return trio.run(main)
+    except BaseExceptionGroup as group:  # the simulator's task group wraps what it raised
+        unreachable, rest = group.split(httpx.TransportError)
+        if unreachable is None or rest is not None:
+            raise
+        from byok.daemon import leaves
+
+        print(f"byok: cannot reach a daemon at {args.url}: {leaves(unreachable)[0]}", file=sys.stderr)
+        return 1
 
 
 def cmd_cursor_command(args: argparse.Namespace) -> int:

@@ -82,6 +82,13 @@ def test_a_daemon_that_cannot_start_says_why_in_one_line(tmp_path: Path) -> None
         taken.close()
 
 
+def test_simulate_without_a_daemon_says_so_in_one_line() -> None:
+    result = byok("simulate", "--url", "http://127.0.0.1:9", "--model", "byok-demo", "hi")
+    assert result.returncode == 1
+    assert result.stderr.startswith("byok: cannot reach a daemon at http://127.0.0.1:9: "), result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
 async def test_serve_and_simulate_as_subprocesses(tmp_path: Path, nursery: trio.Nursery) -> None:
     provider = FakeProvider()
     url = await provider.start(nursery)
