@@ -86,10 +86,18 @@ async def stream_call(
             if not 200 <= resp.status_code < 300:
                 error_body = _captured(capture, await _read_capped(resp))
                 raise http_error(resp.status_code, error_body, resp.headers.get("retry-after"))
-            if resp.headers.get("content-type", "").startswith("application/json"):
+            content_type = resp.headers.get("content-type", "")
+            if content_type.startswith("application/json"):
                 # A 200 JSON body instead of a stream is some gateways' way to report errors.
                 err = http_error(resp.status_code, _captured(capture, await _read_capped(resp)), None)
                 raise ProviderError(f"expected an event stream, got JSON: {err.message}", status=200)
+            if content_type.startswith("text/html"):
+                # A web app's page (a UI on that port, a login portal) answers any path with 200.
+                _captured(capture, await _read_capped(resp))
+                raise ProviderError(
+                    "expected an event stream, got an HTML page: is base_url the API's address?",
+                    status=200,
+                )
             async for chunk in resp.aiter_bytes():
                 stats.bytes += len(chunk)
                 _captured(capture, chunk)

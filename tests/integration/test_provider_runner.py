@@ -134,6 +134,18 @@ async def test_json_body_on_200_is_an_error(provider, client) -> None:
     assert not e.value.retryable
 
 
+async def test_an_html_page_on_200_is_an_error_that_points_at_base_url(provider, client) -> None:
+    """A web app on the base_url's port (a chat UI, a login portal) answers any path with a 200
+    page: said as such, not as a stream that ended early."""
+    fake, endpoint = provider
+    page = b"<!doctype html><html><head><title>Open WebUI</title></head><body></body></html>"
+    fake.enqueue(Script(headers=[("content-type", "text/html; charset=utf-8")], chunks=[page]))
+    with pytest.raises(ProviderError) as e:
+        await call(client, endpoint)
+    assert e.value.message == "expected an event stream, got an HTML page: is base_url the API's address?"
+    assert not e.value.retryable
+
+
 async def test_400_is_not_retryable(provider, client) -> None:
     fake, endpoint = provider
     fake.enqueue(error_script(400, "Invalid 'messages[1].content'"))
