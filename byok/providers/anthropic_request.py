@@ -81,10 +81,7 @@ def render_request(req: ModelRequest) -> RenderedRequest:
         body["system"] = req.system
     body["messages"] = SLOT
     tools = place_tools(body, _eager_tool if s.eager_input_streaming else _tool, req.tools)
-    # Last, so per-provider configuration can add (or deliberately override) anything.
-    for key, value in s.extra_body:
-        body[key] = value
-    return assemble(body, "messages", messages, (key for key, _ in s.extra_body), tools)
+    return assemble(body, "messages", messages, s.extra_body, tools)
 
 
 def _tool(t: ToolSpec) -> dict[str, Any]:

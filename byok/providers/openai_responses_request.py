@@ -62,10 +62,7 @@ def render_request(req: ModelRequest) -> RenderedRequest:
     tools = place_tools(body, _tool, req.tools)
     if s.max_output_tokens is not None:
         body["max_output_tokens"] = s.max_output_tokens
-    # Last, so per-provider configuration can add (or deliberately override) anything.
-    for key, value in s.extra_body:
-        body[key] = value
-    return assemble(body, "input", items, (key for key, _ in s.extra_body), tools)
+    return assemble(body, "input", items, s.extra_body, tools)
 
 
 def _tool(t: ToolSpec) -> dict[str, Any]:

@@ -231,17 +231,19 @@ def assemble(
     body: dict[str, Any],
     array_key: str,
     array: list[bytes],
-    extra_keys: Iterable[str],
+    extra_body: tuple[tuple[str, Any], ...],
     tools: str | None = None,
 ) -> RenderedRequest:
-    """``body`` (with ``SLOT`` as its ``array_key`` value, extra_body already applied) with
-    ``array`` spliced in, and ``tools`` (``tools_json``) where its ``"tools"`` is
-    ``TOOLS_SLOT``. ``extra_keys``: the keys extra_body set."""
+    """``body`` (with ``SLOT`` as its ``array_key`` value) with ``extra_body`` set over it, last,
+    so per-model configuration can add (or deliberately override) anything; then ``array``
+    spliced in, and ``tools`` (``tools_json``) where its ``"tools"`` is ``TOOLS_SLOT``."""
+    for key, value in extra_body:
+        body[key] = value
     text = dumps(body)
     if tools is not None and body.get("tools") is TOOLS_SLOT:
         text = text.replace(_TOOLS_SLOT_JSON, tools, 1)
     at = text.find(_SLOT_JSON) if body.get(array_key) is SLOT else -1
-    if at < 0 or _METER_KEYS.intersection(extra_keys):
+    if at < 0 or _METER_KEYS.intersection(key for key, _ in extra_body):
         # extra_body replaced or added what the meter reads: find the elements in the bytes.
         data = text.encode()
         if at >= 0:
