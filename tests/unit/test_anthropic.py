@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -34,19 +33,14 @@ from byok.model.request import (
 from byok.model.usage import Usage
 from byok.providers.anthropic_request import DEFAULT_MAX_TOKENS, build_request
 from byok.providers.anthropic_stream import AnthropicStreamParser
+from tests.support.provider_fixtures import own_fixtures, parse_all, shared_fixtures
 
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "anthropic"
-# ../shared sits beside the repository in sessions and CI; absent on a fresh clone.
-_DEFAULT_SHARED = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "providers"
-SHARED = Path(os.environ.get("BYOK_SHARED_FIXTURES", _DEFAULT_SHARED)) / "anthropic"
+FIXTURES = own_fixtures("anthropic")
+SHARED = shared_fixtures("anthropic")  # absent on a fresh clone
 
 
 def parse(*chunks: bytes) -> list[ModelEvent]:
-    p = AnthropicStreamParser()
-    out: list[ModelEvent] = []
-    for c in chunks:
-        out += p.feed(c)
-    return out + p.end()
+    return parse_all(AnthropicStreamParser, chunks)
 
 
 def fixture(name: str) -> bytes:

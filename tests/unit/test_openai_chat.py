@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -34,19 +33,14 @@ from byok.model.usage import Usage
 from byok.providers.http_errors import http_error
 from byok.providers.openai_chat_request import build_request
 from byok.providers.openai_chat_stream import ChatStreamParser
+from tests.support.provider_fixtures import own_fixtures, parse_all, shared_fixtures
 
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "openai_chat"
-# ../shared sits beside the repository in sessions and CI; absent on a fresh clone.
-_DEFAULT_SHARED = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "providers"
-SHARED = Path(os.environ.get("BYOK_SHARED_FIXTURES", _DEFAULT_SHARED)) / "openai_chat"
+FIXTURES = own_fixtures("openai_chat")
+SHARED = shared_fixtures("openai_chat")  # absent on a fresh clone
 
 
 def parse(*chunks: bytes) -> list[ModelEvent]:
-    p = ChatStreamParser()
-    out: list[ModelEvent] = []
-    for c in chunks:
-        out += p.feed(c)
-    return out + p.end()
+    return parse_all(ChatStreamParser, chunks)
 
 
 def fixture(name: str) -> bytes:

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -34,19 +33,14 @@ from byok.model.request import (
 from byok.model.usage import Usage
 from byok.providers.openai_responses_request import build_request
 from byok.providers.openai_responses_stream import ResponsesStreamParser
+from tests.support.provider_fixtures import own_fixtures, parse_all, shared_fixtures
 
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "openai_responses"
-# ../shared sits beside the repository in sessions and CI; absent on a fresh clone.
-_DEFAULT_SHARED = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "providers"
-SHARED = Path(os.environ.get("BYOK_SHARED_FIXTURES", _DEFAULT_SHARED)) / "openai_responses"
+FIXTURES = own_fixtures("openai_responses")
+SHARED = shared_fixtures("openai_responses")  # absent on a fresh clone
 
 
 def parse(*chunks: bytes) -> list[ModelEvent]:
-    p = ResponsesStreamParser()
-    out: list[ModelEvent] = []
-    for c in chunks:
-        out += p.feed(c)
-    return out + p.end()
+    return parse_all(ResponsesStreamParser, chunks)
 
 
 def fixture(name: str) -> bytes:
