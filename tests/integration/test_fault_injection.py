@@ -6,7 +6,8 @@ BYOK_FAULT_SEED / BYOK_FAULT_RUNS override): provider 5xx/429 (retried) and 400 
 (final), slow headers, truncated stream, invalid JSON, mid-stream disconnect (before output:
 retried; after: final), client dropping RunSSE (mid-run or just before the end frame, reconnecting
 in the grace; or past the grace), KV ACK missing or failed, cancel at a random point, preemption
-by a second run of the conversation, tool rounds with late and repeated Exec results. On top, any
+by a second run of the conversation, tool rounds with late and repeated Exec results, and a
+store that refuses every write from a random point of the run on (a full or read-only disk). On top, any
 run may post every BidiAppend twice, post appends out of order (a heartbeat at seqno n+1 before
 the message at n), or post its run_request before opening RunSSE.
 
@@ -95,6 +96,7 @@ FAULTS = {
     "kv_failed": 3,
     "cancel": 6,
     "preempt": 4,
+    "store_refuses": 3,  # the disk refuses every write after the run's first 0-3: ends ok or internal
 }
 OK = "ok"  # the expected-outcome name of EndStream {}
 
@@ -301,6 +303,35 @@ def _cancel() -> agent.AgentClientMessage:
 # --- the harness ---------------------------------------------------------------------------------
 
 
+@attrs.define
+class Disk:
+    """Refuses every write transaction of the daemon's store past ``refuse_after`` of them.
+    ``writes`` is counted on the store's worker thread only and ``refuse_after`` set on the
+    test's, so neither thread ever writes what the other does."""
+
+    writes: int = 0
+    refuse_after: int | None = None
+
+    def refuse_from_now(self, allowed: int) -> None:
+        self.refuse_after = self.writes + allowed
+
+    def patch(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Every write transaction of any SQLiteStore in this process asks first; a refused one
+        fails as SQLite does on a read-only database, before anything is written."""
+        original = SQLiteStore._transaction
+        disk = self
+
+        def transaction(store: SQLiteStore, *, write: bool) -> Any:
+            conn = store._conn
+            if write and conn is not None:
+                disk.writes += 1
+                limit = disk.refuse_after
+                conn.execute(f"PRAGMA query_only = {int(limit is not None and disk.writes > limit)}")
+            return original(store, write=write)
+
+        monkeypatch.setattr(SQLiteStore, "_transaction", transaction)
+
+
 @attrs.define(eq=False)
 class Harness:
     base_url: str
@@ -317,6 +348,7 @@ class Harness:
     last_request_of: dict[str, list[str]] = attrs.Factory(dict)  # conversation -> dumped messages
     final_texts: dict[str, list[str]] = attrs.Factory(dict)  # conversation -> committed answers
     counter: itertools.count[int] = attrs.Factory(itertools.count)
+    disk: Disk = attrs.Factory(Disk)
 
 
 @attrs.define
@@ -328,6 +360,9 @@ class Expect:
     got: str | None = None  # the terminal outcome seen
     # (call id, text) of a tool result that, when the run succeeded, must hold the text
     tool_error: tuple[str, str] | None = None
+    # The store refused writes during the run: its runtime message may be missing after an
+    # error, and its own record may not have been written.
+    store_refused: bool = False
 
 
 def _run_request(h: Harness, conv: str, text: str) -> agent.AgentRunRequest:
@@ -453,6 +488,15 @@ async def run_plan(h: Harness, rng: random.Random, index: int) -> tuple[str, lis
         )
         expect.tool_error = (big, "max_body_bytes")
         await drive(h, client, conv, text, append_first=append_first)
+    elif fault == "store_refuses":
+        p.enqueue(text_script(answer))
+        expect.outcomes = frozenset({OK, "internal"})
+        expect.store_refused = True
+        h.disk.refuse_from_now(rng.randint(0, 3))
+        try:
+            await drive(h, client, conv, text, append_first=append_first)
+        finally:
+            h.disk.refuse_after = None
     elif fault == "disconnect_mid_stream":
         good = text_script(answer)
         p.enqueue(Script(chunks=good.chunks, close_after=rng.randint(2, len(good.chunks) - 1)))
@@ -575,11 +619,16 @@ async def check_run(h: Harness, expects: list[Expect]) -> list[str]:
                 f"{c.rid}: terminal {c.terminals[0]}, expected one of {sorted(e.outcomes)} "
                 f"({' '.join(c.history)})"
             )
+        e.got = got
+        if e.store_refused:
+            message = c.terminals[0].get("error", {}).get("message", "")
+            if got == "internal" and not message.startswith("byok's database failed: sqlite: "):
+                errors.append(f"{c.rid}: a refused write ended the run with {message!r}")
+            continue  # its record was written only if the disk took it
         run = await _run_record(h, c.rid)
         status = {OK: "success", "canceled": "canceled"}.get(got, "error")
         if run.status != status or (status == "error" and run.error_code != got):
             errors.append(f"{c.rid}: run record {run.status}/{run.error_code} but terminal {got}")
-        e.got = got
     conv = expects[0].conv
     head = h.store.head(conv).messages
     before = h.heads.get(conv, ())
@@ -591,7 +640,8 @@ async def check_run(h: Harness, expects: list[Expect]) -> list[str]:
     for e in expects:
         got = e.got
         n = events.get(f"run-request:{e.client.rid}", 0)
-        if got is not None and (n > 1 or (got != "canceled" and n != 1)):
+        may_lack = got == "canceled" or (e.store_refused and got != OK)
+        if got is not None and (n > 1 or (not may_lack and n != 1)):
             errors.append(f"{e.client.rid} ({got}): runtime message committed {n} times")
         if got == OK and e.final_text is not None:
             answers = [m.text for m in head if m.role == "assistant"]
@@ -669,7 +719,7 @@ def _dangling(messages: list[dict[str, Any]]) -> list[str]:
 
 
 async def test_fault_injection_loop(
-    tmp_path: Path, nursery: trio.Nursery, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, nursery: trio.Nursery, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     provider = FaultProvider()
     url = await provider.start(nursery)
@@ -695,6 +745,7 @@ async def test_fault_injection_loop(
     async with httpx.AsyncClient(timeout=30) as client:
         with SQLiteStore.open_in(data_dir) as store:
             h = Harness(base_url, client, CursorSim(base_url, client), provider, root, store)
+            h.disk.patch(monkeypatch)
             with trio.fail_after(LOOP_BUDGET_S):
                 for index in range(RUNS):
                     errors: list[str] = []
