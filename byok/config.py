@@ -74,6 +74,10 @@ class ServerConfig:
     idle_release_s: float = 600.0
 
 
+# A header whose name holds one of these carries a credential.
+_CREDENTIAL_MARKERS = ("key", "auth", "token", "secret")
+
+
 @attrs.frozen
 class ProviderConfig:
     id: str
@@ -99,6 +103,14 @@ class ProviderConfig:
     # Where this entry came from, so a missing env var can be reported like a file error.
     source: str = attrs.field(default=DEFAULTS_SOURCE, eq=False, repr=False)
     key_path: str = attrs.field(default="providers", eq=False, repr=False)
+
+    @property
+    def secrets_in_file(self) -> bool:
+        """Whether the config file itself holds a credential of this provider: a literal key, or
+        a header named like one (Azure's ``api-key``, a gateway's token)."""
+        return self._api_key is not None or any(
+            marker in name.lower() for name, _ in self.headers for marker in _CREDENTIAL_MARKERS
+        )
 
     def api_key(self) -> str | None:
         """The key to send, or None for keyless (local) servers. Reads the environment now."""

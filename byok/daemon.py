@@ -6,7 +6,9 @@ import contextlib
 import functools
 import logging
 import math
+import os
 import socket
+import stat
 import time
 from collections.abc import Callable, Iterator
 
@@ -144,6 +146,25 @@ def upstream_client() -> httpx.AsyncClient:
     )
 
 
+def _warn_if_others_read_secrets(config: Config) -> None:
+    """A config file that holds keys should be readable by its owner alone."""
+    holders = [p.id for p in config.providers if p.secrets_in_file]
+    if not holders:
+        return
+    try:
+        mode = os.stat(config.source).st_mode
+    except OSError:  # built-in defaults, or a file gone since it was read
+        return
+    if mode & 0o077:
+        log.warning(
+            "%s holds the keys of provider(s) %s and other users can read it (mode %s): chmod 600 %s",
+            config.source,
+            ", ".join(map(repr, holders)),
+            oct(stat.S_IMODE(mode)),
+            config.source,
+        )
+
+
 async def run_daemon(
     config: Config,
     *,
@@ -166,6 +187,7 @@ async def run_daemon(
         except ConfigError as e:
             # A service does not see the shell's environment: say so now, not at the first turn.
             log.warning("%s (runs on provider %r fail until it is set)", e, provider.id)
+    _warn_if_others_read_secrets(config)
     with _starting(f"use data_dir {config.server.data_dir}"):
         store = await AsyncStore.open(config.server.data_dir)
         # Runs a crash left 'running' can never finish now: record them as interrupted, once.

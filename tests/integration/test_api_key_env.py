@@ -1,6 +1,6 @@
-"""A provider whose key comes from an environment variable the daemon does not have (a service
-does not see the user's shell): a warning at start, a clear error per run, and the key used as
-soon as it is set, without a restart."""
+"""Provider keys at start: one from an environment variable the daemon does not have (a service
+does not see the user's shell) is a warning at start, a clear error per run, and used as soon as
+it is set, without a restart; one in a config file other users can read is a warning."""
 
 from __future__ import annotations
 
@@ -48,3 +48,18 @@ async def test_an_unset_key_variable_fails_runs_clearly_until_it_is_set(
         assert again.end_stream == {}, again.end_stream
         assert provider.requests[0].headers["authorization"] == "Bearer sk-from-env"
     shutdown()
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o600])
+async def test_a_config_holding_keys_that_others_can_read_is_warned_about(
+    tmp_path: Path, nursery: trio.Nursery, caplog: pytest.LogCaptureFixture, mode: int
+) -> None:
+    cfg = tmp_path / "byok.toml"
+    write_config(cfg, provider_url="http://127.0.0.1:9/v1", data_dir=tmp_path / "data")  # api_key = "sk-test"
+    cfg.chmod(mode)
+    with caplog.at_level(logging.WARNING, logger="byok"):
+        _, shutdown = await nursery.start(run_daemon, load_config(cfg, overrides={}))
+    shutdown()
+    readable = "other users can read it (mode 0o644)"
+    warning = f"{cfg} holds the keys of provider(s) 'fake' and {readable}: chmod 600 {cfg}"
+    assert (warning in caplog.text) == (mode == 0o644), caplog.text

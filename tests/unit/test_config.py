@@ -578,6 +578,19 @@ def test_provider_headers(tmp_path: Path) -> None:
     assert headers('Authorization = "Bearer from-a-header"') == (("authorization", "Bearer from-a-header"),)
 
 
+def test_which_providers_keep_a_credential_in_the_file(tmp_path: Path) -> None:
+    base = '[[providers]]\nid = "p"\nkind = "openai_chat"\nbase_url = "https://h/v1"\n{key}[providers.headers]\n{headers}\n'
+
+    def secrets(key: str, headers: str) -> bool:
+        text = base.format(key=key, headers=headers)
+        return load_config(write(tmp_path, text), overrides={}).providers[0].secrets_in_file
+
+    assert secrets('api_key = "k"\n', "")
+    assert secrets("", 'api-key = "azure"')  # Azure's key header
+    assert secrets("", 'X-Gateway-Token = "t"')
+    assert not secrets('api_key_env = "K"\n', 'anthropic-beta = "b"\nX-Title = "byok"')
+
+
 def test_a_model_with_an_extra_body_stays_hashable(tmp_path: Path) -> None:
     text = _with_kind("anthropic") + '[models.extra_body]\nthinking = { type = "adaptive" }\nstop = ["x"]\n'
     cfg = load_config(write(tmp_path, text), overrides={})
