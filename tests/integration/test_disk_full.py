@@ -60,15 +60,16 @@ async def test_a_database_that_cannot_be_written_fails_the_run_not_the_daemon(
     assert len(daemon.provider.requests) == 1  # the message was not committed: no call
 
     disk["state"] = "ok"
-    daemon.provider.enqueue(chat_text_script(["third answer"]))
-    with trio.fail_after(10):
-        again = await daemon.sim.run("req-3", turn("again", "m3"))
+    daemon.provider.enqueue(chat_text_script(["second answer"]))
+    with trio.fail_after(10):  # the user sends the same message again
+        again = await daemon.sim.run("req-3", turn("y" * 2_000_000, "m2"))
     assert again.end_stream == {}, again.end_stream
     sent = daemon.provider.requests[-1].json["messages"]
     assert [m["role"] for m in sent[1:]] == ["user", "assistant", "user"]
-    assert not any("yyyy" in str(m["content"]) for m in sent)
+    assert sum("y" * 1000 in str(m["content"]) for m in sent) == 1  # once, not once per attempt
     with SQLiteStore.open_in(daemon.data_dir) as store:
-        assert len(store.head("conv-disk").messages) == 4
+        roles = [m.role for m in store.head("conv-disk").messages]
+        assert roles == ["user", "assistant", "user", "assistant"]
         run = store.run("req-2")
         # Its end was recorded where only the big message could not fit; a read-only database
         # took nothing, not even the run's row (a row left 'running' is marked interrupted at the
