@@ -159,7 +159,7 @@ _CONNECT_CODE_FOR_STATUS = {
 class Forwarder:
     """ASGI app that relays a request to ``upstream`` and streams the answer back.
 
-    The caller owns ``client`` and must create it as ``daemon.upstream_client`` does: HTTP/1.1,
+    The caller owns ``client`` and must create it as ``clients.upstream_client`` does: HTTP/1.1,
     a connect timeout only, no redirects followed, idle connections kept 55 s (not httpx's 5 s),
     TCP keepalive probes on every connection.
 

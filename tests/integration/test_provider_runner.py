@@ -11,7 +11,7 @@ import httpx
 import pytest
 import trio
 
-from byok.daemon import (
+from byok.http.clients import (
     KEEPALIVE_IDLE_S,
     KEEPALIVE_S,
     UPSTREAM_KEEPALIVE_S,
