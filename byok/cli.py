@@ -16,7 +16,8 @@ import attrs
 import trio
 
 from byok.allocator import tune_allocator
-from byok.config import Config, ConfigError, load_config
+from byok.config import Config, ConfigError
+from byok.config_load import load_config
 from byok.run.upkeep import FULL_COLLECTIONS_OFF
 
 DEFAULT_CONFIG = Path("~/.config/byok/config.toml")

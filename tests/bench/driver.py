@@ -28,7 +28,7 @@ import httpcore
 import httpx
 import trio
 
-from byok.config import load_config
+from byok.config_load import load_config
 from byok.cursor import proto_decode
 from byok.daemon import run_daemon
 from byok.devtools.cursor_sim import RUN_SSE, CursorSim

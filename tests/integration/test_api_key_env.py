@@ -11,7 +11,7 @@ import httpx
 import pytest
 import trio
 
-from byok.config import load_config
+from byok.config_load import load_config
 from byok.daemon import run_daemon
 from byok.devtools.cursor_sim import CursorSim, user_turn
 from tests.integration.conftest import write_config

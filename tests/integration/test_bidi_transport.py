@@ -118,7 +118,7 @@ async def test_client_heartbeat_is_answered(daemon: Daemon) -> None:
 
 
 async def test_idle_runsse_gets_heartbeats(tmp_path, nursery) -> None:  # type: ignore[no-untyped-def]
-    from byok.config import load_config
+    from byok.config_load import load_config
     from byok.daemon import run_daemon
     from tests.integration.conftest import write_config
     from tests.support.fake_provider import FakeProvider

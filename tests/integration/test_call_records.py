@@ -16,7 +16,7 @@ import httpx
 import pytest
 import trio
 
-from byok.config import load_config
+from byok.config_load import load_config
 from byok.daemon import run_daemon
 from byok.devtools.cursor_sim import CursorSim, user_turn
 from byok.model.request import ModelRequest, ModelSettings, UserTurn

@@ -40,7 +40,7 @@ import httpx
 import pytest
 import trio
 
-from byok.config import load_config
+from byok.config_load import load_config
 from byok.daemon import run_daemon
 from byok.devtools.cursor_sim import RUN_SSE, CursorSim, frame_kind, user_turn
 from byok.devtools.exec_client import stream_close

@@ -21,7 +21,7 @@ import betterproto2
 import httpx
 import trio
 
-from byok.config import load_config
+from byok.config_load import load_config
 from byok.daemon import run_daemon
 from byok.devtools.cursor_sim import RUN_SSE, CursorSim, Recorded, Transcript, frame_kind
 from byok.http.connect_envelope import FrameDecoder, encode_frame

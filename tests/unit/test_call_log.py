@@ -11,7 +11,8 @@ import httpx
 import pytest
 import trio
 
-from byok.config import ConfigError, LoggingConfig, load_config
+from byok.config import ConfigError, LoggingConfig
+from byok.config_load import load_config
 from byok.loop.model_call import ModelProtocolError
 from byok.model.events import ProviderError
 from byok.model.usage import Usage

@@ -13,8 +13,8 @@ from byok.config import (
     ProviderConfig,
     ProxyConfig,
     ServerConfig,
-    load_config,
 )
+from byok.config_load import load_config
 
 FULL = """
 [server]

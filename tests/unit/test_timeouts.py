@@ -13,7 +13,7 @@ import pytest
 import trio
 import trio.testing
 
-from byok.config import load_config
+from byok.config_load import load_config
 from byok.cursor import encode
 from byok.cursor.checkpoint import Blob
 from byok.http.app import App
