@@ -843,7 +843,10 @@ async def test_an_empty_exec_control_message_does_not_stop_the_daemon(tmp_path: 
                 async with trio.open_nursery() as execs:
                     execs.start_soon(bad.stream, execs)
                     await bad.start(_run_request(h, "conv-bad", "hi"))
-                    await trio.sleep(0.2)
+                    # The run waits on the hanging provider call: the next script is the good run's.
+                    with trio.fail_after(5):
+                        while not provider.requests:
+                            await trio.sleep(0.01)
                     await bad.send(
                         agent.AgentClientMessage(exec_client_control_message=agent.ExecClientControlMessage())
                     )
@@ -854,7 +857,8 @@ async def test_an_empty_exec_control_message_does_not_stop_the_daemon(tmp_path: 
                             await trio.sleep(0.01)
                     execs.cancel_scope.cancel()
                 good = Client(h, "req-after")
-                await drive(h, good, "conv-good", "again", append_first=False)
+                with trio.fail_after(10):
+                    await drive(h, good, "conv-good", "again", append_first=False)
             stop()
             n.cancel_scope.cancel()
     except BaseException as e:  # the daemon's nursery re-raises the run's AttributeError
