@@ -6,8 +6,9 @@ checkpoint may only reference blobs whose SET was acknowledged, so publishing wa
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import trio
 
@@ -29,6 +30,9 @@ class KvLink:
         self._pending: dict[bytes, trio.Event] = {}  # blob id -> set when its SET is answered
         self._rejected: dict[bytes, str] = {}  # blob id -> why the client refused its last SET
         self._gets: dict[int, tuple[trio.Event, list[bytes | None]]] = {}
+        self._get_frames: dict[int, bytes] = {}  # kv id -> the GET frame, until its answer
+        # The waits under way, each with its timeout: a new RunSSE restarts them (resend_unacked).
+        self._waits: dict[trio.CancelScope, float] = {}
         # Blob ids the client is known to hold (shared across runs of a conversation).
         self.acked = acked
 
@@ -56,7 +60,7 @@ class KvLink:
         blobs = list(blobs)
         sent = self.offer(blobs)
         waits = {b.id: self._pending[b.id] for b in blobs if b.id in self._pending}
-        with trio.move_on_after(timeout_s) as scope:
+        with self._deadline(timeout_s) as scope:
             for done in waits.values():
                 await done.wait()
         if scope.cancelled_caught:
@@ -75,10 +79,12 @@ class KvLink:
         done = trio.Event()
         holder: list[bytes | None] = []
         self._gets[kv_id] = (done, holder)
-        self._send(encode.get_blob(kv_id, blob_id))
-        with trio.move_on_after(timeout_s):
+        frame = self._get_frames[kv_id] = encode.get_blob(kv_id, blob_id)
+        self._send(frame)
+        with self._deadline(timeout_s):
             await done.wait()
         self._gets.pop(kv_id, None)
+        self._get_frames.pop(kv_id, None)
         if not done.is_set():
             raise KvFailure(f"client did not answer the GET of blob {blob_id.hex()} within {timeout_s:g}s")
         data = holder[0] if holder else None
@@ -91,12 +97,26 @@ class KvLink:
         self.acked.add(blob_id)
         return data
 
+    @contextlib.contextmanager
+    def _deadline(self, timeout_s: float) -> Iterator[trio.CancelScope]:
+        with trio.move_on_after(timeout_s) as scope:
+            self._waits[scope] = timeout_s
+            try:
+                yield scope
+            finally:
+                del self._waits[scope]
+
     def resend_unacked(self) -> int:
-        """A new RunSSE replaced one that died: SETs written to the dead connection may never have
-        arrived. Blob SETs are idempotent, so every unacknowledged one is sent again (same KV id)."""
-        for frame in self._sent.values():
+        """A new RunSSE replaced one that died: SETs and GETs written to the dead connection may
+        never have arrived. Both are idempotent, so every unanswered one is sent again (same KV
+        id), and each wait for an answer starts its timeout again: the time without a stream,
+        which the reconnect grace bounds, is not the client's to answer in."""
+        for frame in (*self._sent.values(), *self._get_frames.values()):
             self._send(frame)
-        return len(self._sent)
+        now = trio.current_time()
+        for scope, timeout_s in self._waits.items():
+            scope.deadline = max(scope.deadline, now + timeout_s)
+        return len(self._sent) + len(self._get_frames)
 
     def on_client(self, msg: agent.KvClientMessage) -> bool:
         """Route one kv_client_message; False when it answers nothing we wait for (late or unknown)."""

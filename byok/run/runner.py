@@ -127,7 +127,7 @@ class Run:
         n = self.kv.resend_unacked()
         if n:
             log.info(
-                "run %s: RunSSE reconnected, re-sent %d unacknowledged blob SET(s)", self.start.request_id, n
+                "run %s: RunSSE reconnected, re-sent %d unanswered blob SET/GET(s)", self.start.request_id, n
             )
 
     async def _finish(self, status: str, error: ConnectError | None = None) -> None:

@@ -139,6 +139,38 @@ async def test_put_partially_acked_names_the_missing(autojump_clock: trio.testin
     assert link.acked == {BLOBS[0].id}
 
 
+async def test_a_new_runsse_resends_what_is_unanswered_and_restarts_the_wait(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The SETs and GETs written to a RunSSE that died are sent again on its successor, and the
+    waits for their answers start over: the client reconnects within the grace (which may be as
+    long as the ACK timeout) and then gets the whole timeout to answer."""
+    client = KvClient()
+    link = KvLink(client.send, set())
+    got: list[bytes] = []
+
+    async def read() -> None:
+        got.append(await link.get(BLOBS[1].id, timeout_s=TIMEOUT))
+
+    async def reconnect_then_answer() -> None:
+        await trio.sleep(TIMEOUT - 1)  # the stream died unnoticed; a new RunSSE comes just in time
+        assert link.resend_unacked() == 2
+        set_frame, get_frame = client.frames[-2:]
+        assert set_frame.set_blob_args.blob_id == BLOBS[0].id
+        assert get_frame.get_blob_args.blob_id == BLOBS[1].id
+        await trio.sleep(TIMEOUT - 1)  # past the first deadline, inside the restarted one
+        assert link.on_client(ack(set_frame.id))
+        assert link.on_client(get_answer(get_frame.id, b"second blob"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(read)
+        nursery.start_soon(reconnect_then_answer)
+        assert await link.put(BLOBS[:1], timeout_s=TIMEOUT) == 1
+    assert trio.current_time() == 2 * TIMEOUT - 2
+    assert got == [b"second blob"] and link.acked == {b.id for b in BLOBS}
+    assert link.resend_unacked() == 0  # nothing left unanswered
+
+
 async def test_put_returns_when_acks_arrive_in_time(autojump_clock: trio.testing.MockClock) -> None:
     client = KvClient()
     link = KvLink(client.send, set())
