@@ -113,9 +113,8 @@ class KvLink:
         which the reconnect grace bounds, is not the client's to answer in."""
         for frame in (*self._sent.values(), *self._get_frames.values()):
             self._send(frame)
-        now = trio.current_time()
         for scope, timeout_s in self._waits.items():
-            scope.deadline = max(scope.deadline, now + timeout_s)
+            scope.deadline = max(scope.deadline, trio.current_time() + timeout_s)
         return len(self._sent) + len(self._get_frames)
 
     def on_client(self, msg: agent.KvClientMessage) -> bool:
