@@ -18,6 +18,7 @@ import trio
 from byok.allocator import tune_allocator
 from byok.config import Config, ConfigError
 from byok.config_load import load_config
+from byok.exception_groups import sole
 from byok.run.upkeep import FULL_COLLECTIONS_OFF
 
 DEFAULT_CONFIG = Path("~/.config/byok/config.toml")
@@ -83,17 +84,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
                     stop()
                     stop = None
 
-    from byok.daemon import StartupError, leaves
+    from byok.daemon import StartupError
 
     try:
         trio.run(main)
     except KeyboardInterrupt:
         return 0
     except BaseExceptionGroup as group:  # the nurseries wrap what the daemon raised
-        startup, rest = group.split(StartupError)
-        if startup is None or rest is not None:
+        startup = sole(group, StartupError)
+        if startup is None:
             raise
-        print(f"byok: {leaves(startup)[0]}", file=sys.stderr)
+        print(f"byok: {startup}", file=sys.stderr)
         return 1
     return 0
 
@@ -133,12 +134,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     try:
         return trio.run(main)
     except BaseExceptionGroup as group:  # the simulator's task group wraps what it raised
-        unreachable, rest = group.split(httpx.TransportError)
-        if unreachable is None or rest is not None:
+        unreachable = sole(group, httpx.TransportError)
+        if unreachable is None:
             raise
-        from byok.daemon import leaves
-
-        print(f"byok: cannot reach a daemon at {args.url}: {leaves(unreachable)[0]}", file=sys.stderr)
+        print(f"byok: cannot reach a daemon at {args.url}: {unreachable}", file=sys.stderr)
         return 1
 
 

@@ -18,6 +18,7 @@ from byok.cursor import proto_decode
 from byok.cursor.prompting import default_prompt_root, load_prompt_assets
 from byok.cursor.tools.catalog import load_tool_catalog, mode_tools
 from byok.cursor.tools.registry import build_registry
+from byok.exception_groups import sole
 from byok.http.app import App
 from byok.http.ca import LocalCA
 from byok.http.clients import provider_client, upstream_client
@@ -53,24 +54,12 @@ def _starting(what: str) -> Iterator[None]:
     raised), as a StartupError."""
     try:
         yield
-    except (OSError, StoreError) as e:
-        raise StartupError(f"cannot {what}: {_reason(e)}") from e
-    except BaseExceptionGroup as group:
-        refused, rest = group.split((OSError, StoreError))
-        if refused is None or rest is not None:
+    except (OSError, StoreError, BaseExceptionGroup) as e:
+        refused = sole(e, (OSError, StoreError))
+        if refused is None:
             raise
-        raise StartupError(f"cannot {what}: {_reason(leaves(refused)[0])}") from group
-
-
-def _reason(e: BaseException) -> str:
-    return e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-
-
-def leaves(group: BaseExceptionGroup) -> list[BaseException]:
-    """The exceptions in ``group`` and in the groups inside it."""
-    return [
-        leaf for e in group.exceptions for leaf in (leaves(e) if isinstance(e, BaseExceptionGroup) else [e])
-    ]
+        reason = refused.strerror if isinstance(refused, OSError) and refused.strerror else str(refused)
+        raise StartupError(f"cannot {what}: {reason}") from e
 
 
 # After the runs end, how long their streams get to write their last frames.

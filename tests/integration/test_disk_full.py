@@ -3,7 +3,7 @@ says so, nothing half-written stays, and the daemon serves the next turn once th
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import sqlite3
 from typing import Any
 
 import pytest
@@ -13,28 +13,23 @@ from byok.devtools.cursor_sim import user_turn
 from byok.store import SQLiteStore
 from tests.integration.conftest import Daemon
 from tests.support.fake_provider import chat_text_script
-
-NO_LIMIT = 1_073_741_823  # SQLite's largest max_page_count
+from tests.support.store_faults import NO_PAGE_LIMIT, before_each_write
 
 
 @pytest.fixture
-def disk(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+def disk(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """``disk["state"]``: "ok"; "full", the database file cannot grow (its max_page_count pinned
     at its size: SQLITE_FULL, "database or disk is full"); or "read-only", no write at all
     (SQLITE_READONLY). Applied to every write transaction of the daemon's store."""
     disk = {"state": "ok"}
-    original = SQLiteStore._transaction
 
-    def transaction(self: SQLiteStore, *, write: bool) -> Any:
-        conn = self._conn
-        if conn is not None and write:
-            conn.execute(f"PRAGMA query_only = {int(disk['state'] == 'read-only')}")
-            pages = conn.execute("PRAGMA page_count").fetchone()[0]
-            conn.execute(f"PRAGMA max_page_count = {pages if disk['state'] == 'full' else NO_LIMIT}")
-        return original(self, write=write)
+    def refuse(conn: sqlite3.Connection) -> None:
+        conn.execute(f"PRAGMA query_only = {int(disk['state'] == 'read-only')}")
+        pages = conn.execute("PRAGMA page_count").fetchone()[0]
+        conn.execute(f"PRAGMA max_page_count = {pages if disk['state'] == 'full' else NO_PAGE_LIMIT}")
 
-    monkeypatch.setattr(SQLiteStore, "_transaction", transaction)
-    yield disk
+    before_each_write(monkeypatch, refuse)
+    return disk
 
 
 def turn(text: str, msg: str) -> Any:

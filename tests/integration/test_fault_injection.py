@@ -29,6 +29,7 @@ import itertools
 import json
 import os
 import random
+import sqlite3
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -59,6 +60,7 @@ from tests.support.fake_provider import (
     error_script,
     sse,
 )
+from tests.support.store_faults import before_each_write
 
 SEED = int(os.environ.get("BYOK_FAULT_SEED", "6061"))
 RUNS = int(os.environ.get("BYOK_FAULT_RUNS", "300"))
@@ -318,18 +320,13 @@ class Disk:
     def patch(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """Every write transaction of any SQLiteStore in this process asks first; a refused one
         fails as SQLite does on a read-only database, before anything is written."""
-        original = SQLiteStore._transaction
-        disk = self
 
-        def transaction(store: SQLiteStore, *, write: bool) -> Any:
-            conn = store._conn
-            if write and conn is not None:
-                disk.writes += 1
-                limit = disk.refuse_after
-                conn.execute(f"PRAGMA query_only = {int(limit is not None and disk.writes > limit)}")
-            return original(store, write=write)
+        def count(conn: sqlite3.Connection) -> None:
+            self.writes += 1
+            limit = self.refuse_after
+            conn.execute(f"PRAGMA query_only = {int(limit is not None and self.writes > limit)}")
 
-        monkeypatch.setattr(SQLiteStore, "_transaction", transaction)
+        before_each_write(monkeypatch, count)
 
 
 @attrs.define(eq=False)
