@@ -57,7 +57,11 @@ class App:
         self.supervisors = Supervisors()
         self.accepting = True
         self.appends = BidiAppends(
-            config=config, registry=self.registry, forward=forward, start_run=self._start_run
+            config=config,
+            registry=self.registry,
+            forward=forward,
+            start_run=self._start_run,
+            refuse_run=self._refuse_run,
         )
         self.run_streams = RunStreams(
             config=config,
@@ -121,12 +125,16 @@ class App:
                 raise RunRequestError("not_found", f"model {start.model_id!r} is not configured in byok")
         except RunRequestError as e:
             err = ConnectError(e.code, e.message)  # type: ignore[arg-type]
-            slot.close(end_stream_error(err))
-            self.nursery.start_soon(self._linger, slot)
+            self._refuse_run(slot, err)
             return err
         slot.run_started = True
         self.nursery.start_soon(self._run_task, slot, start)
         return None
+
+    def _refuse_run(self, slot: RunSlot, err: ConnectError) -> None:
+        """A run that will not start: its RunSSE, open or still to come, ends with ``err``."""
+        slot.close(end_stream_error(err))
+        self.nursery.start_soon(self._linger, slot)
 
     async def _run_task(self, slot: RunSlot, start: RunStart) -> None:
         sup = self.supervisors.get(start.conversation_id)

@@ -220,3 +220,19 @@ def exec_id_of(data_head: str) -> int | None:
     except (proto_decode.Truncated, ValueError):
         return None
     return None
+
+
+def is_whole_run_request(data_head: str, data_size: int) -> bool:
+    """Whether ``data`` (its hex head and length) is one AgentClientMessage holding a run_request
+    and nothing else: its first field is run_request and spans exactly the rest of the data."""
+    if data_size % 2:
+        return False
+    try:
+        raw = bytes.fromhex(data_head[: len(data_head) & ~1])
+        tag, pos = proto_decode.varint(raw, 0, len(raw))
+        if tag != (1 << 3 | 2):  # run_request, length-delimited
+            return False
+        size, pos = proto_decode.varint(raw, pos, len(raw))
+    except (proto_decode.Truncated, ValueError):
+        return False
+    return pos + size == data_size // 2

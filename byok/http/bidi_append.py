@@ -14,7 +14,7 @@ from byok.config import Config
 from byok.cursor import proto_decode
 from byok.cursor.request import requested_model_id
 from byok.http import state_ids
-from byok.http.append_skim import AppendSkim, exec_id_of
+from byok.http.append_skim import AppendSkim, exec_id_of, is_whole_run_request
 from byok.http.asgi import (
     BodyTooLarge,
     Receive,
@@ -80,12 +80,14 @@ class BidiAppends:
         registry: RunRegistry,
         forward: Any,
         start_run: Callable[[RunSlot, agent.AgentRunRequest], ConnectError | None],
+        refuse_run: Callable[[RunSlot, ConnectError], None],
     ) -> None:
         self.config = config
         self.registry = registry
         self.forward = forward
         self.max_body = config.server.max_body_bytes
         self._start_run = start_run
+        self._refuse_run = refuse_run
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -186,6 +188,16 @@ class BidiAppends:
             await respond_connect_error(send, refusal)
             return
         slot = self.registry.get(got.request_id)
+        if got.seqno == 0 and is_whole_run_request(got.data_head, got.data_size):
+            log.warning("request %s: run_request refused: %s", got.request_id, refusal.message)
+            if slot is None or (slot.kind != "relay" and not slot.run_started and not slot.closed):
+                # The run's RunSSE, open or still to come, ends with this instead of waiting
+                # (DECISION_TIMEOUT_S) for a run_request that will never arrive.
+                slot = slot or self.registry.get_or_create(got.request_id)
+                slot.decide("agent")
+                self._refuse_run(slot, _run_request_too_large(got.data_size, self.max_body))
+            await respond_connect_error(send, refusal)
+            return
         exec_id = exec_id_of(got.data_head)
         if slot is None or slot.kind != "agent" or exec_id is None or got.has_binary:
             log.warning("request %s: append %s refused: %s", got.request_id, got.seqno, refusal.message)
@@ -250,3 +262,12 @@ class BidiAppends:
     def _is_local_model(self, model_id: str) -> bool:
         model = self.config.model(model_id) if model_id else None
         return model is not None and model.enabled
+
+
+def _run_request_too_large(data_size: int, limit: int) -> ConnectError:
+    return ConnectError(
+        "resource_exhausted",
+        f"this message is {data_size / 2**20:.1f} MiB as Cursor sends it (hex-encoded), more than "
+        f"byok accepts in one message ([server] max_body_bytes = {limit:,}). Send it with less "
+        "context (fewer or smaller files and images), or raise max_body_bytes.",
+    )

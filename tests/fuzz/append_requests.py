@@ -212,7 +212,12 @@ def post_appends(bodies: list[bytes]) -> list[dict[str, Any]]:
     def start_run(_slot: Any, run_request: agent.AgentRunRequest) -> None:
         started.append(run_request)
 
-    appends = BidiAppends(config=config, registry=RunRegistry(), forward=forward, start_run=start_run)
+    def refuse_run(slot: Any, err: Any) -> None:
+        slot.close(b"")
+
+    appends = BidiAppends(
+        config=config, registry=RunRegistry(), forward=forward, start_run=start_run, refuse_run=refuse_run
+    )
 
     async def post(body: bytes) -> dict[str, Any]:
         async def receive() -> dict[str, Any]:

@@ -12,7 +12,8 @@ from collections import Counter
 from hypothesis import given
 from hypothesis import strategies as st
 
-from byok.http.append_skim import KEEP_DATA_HEX, AppendSkim, exec_id_of
+from byok.devtools.cursor_sim import user_turn
+from byok.http.append_skim import KEEP_DATA_HEX, AppendSkim, exec_id_of, is_whole_run_request
 from byok.http.connect_envelope import FLAG_COMPRESSED, ProtocolError
 from byok.pb.agent import v1 as agent
 from byok.pb.aiserver import v1 as aiserver
@@ -156,3 +157,27 @@ def test_exec_id_of_arbitrary_text_is_an_id_or_none(text: str) -> None:
     assert found is None or 0 <= found < 2**32
     other = agent.AgentClientMessage(kv_client_message=agent.KvClientMessage(id=5))
     assert exec_id_of(bytes(other).hex()) is None  # not an exec result
+
+
+@fuzz(300)
+@given(
+    text=st.text(max_size=3000),
+    trailer=st.binary(max_size=40),
+    other=st.booleans(),
+)
+def test_is_whole_run_request_only_for_one_run_request_spanning_the_data(
+    text: str, trailer: bytes, other: bool
+) -> None:
+    run = agent.AgentClientMessage(
+        run_request=user_turn(text, conversation_id="c", model_id="m", message_id="m1")
+    )
+    if other:  # any other message of the same size class is never taken for a run_request
+        run = agent.AgentClientMessage(
+            kv_client_message=agent.KvClientMessage(
+                id=1, set_blob_result=agent.SetBlobResult(error=agent.Error(message=text))
+            )
+        )
+    data = (bytes(run) + trailer).hex()
+    whole = is_whole_run_request(data[:KEEP_DATA_HEX], len(data))
+    assert whole == (not other and not trailer)
+    assert not is_whole_run_request(data[:KEEP_DATA_HEX], len(data) + 1)  # an odd hex length

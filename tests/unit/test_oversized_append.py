@@ -58,6 +58,7 @@ async def test_an_exec_result_over_the_limit_in_one_chunk_or_many_fails_that_exe
         registry=registry,
         forward=None,
         start_run=lambda _slot, req: started.append(req),  # type: ignore[func-returns-value]
+        refuse_run=lambda _slot, err: None,
     )
     run = agent.AgentClientMessage(
         run_request=user_turn("hi", conversation_id="c", model_id="m", message_id="m1")
