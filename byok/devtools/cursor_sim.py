@@ -136,6 +136,9 @@ class CursorSim:
         self.client = client
         self.blobs: dict[bytes, bytes] = {}  # the client's blob store, kept across runs
         self.kv_reply: Callable[[agent.KvServerMessage], agent.KvClientMessage | None] | None = None
+        # Seconds to take over a KV request before answering it (a slow client store); the
+        # frames after it wait, as each is handled in turn.
+        self.kv_delay: Callable[[agent.KvServerMessage], float] | None = None
         # Execs are only answered when an executor is set or on_exec returns messages; without
         # either the sim ignores them (as before), leaving tests to answer through on_frame.
         self.executor = executor
@@ -289,6 +292,8 @@ class CursorSim:
                         if (kv := msg.kv_server_message) is not None and kv.set_blob_args is not None:
                             set_ids[kv.id] = kv.set_blob_args.blob_id
                         on_exec_frame(msg, execs)
+                        if (kv := msg.kv_server_message) is not None and self.kv_delay is not None:
+                            await trio.sleep(self.kv_delay(kv))
                         for reply in self.auto_reply(msg):
                             await send(reply)
                         if on_frame is not None:

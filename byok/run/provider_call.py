@@ -107,6 +107,9 @@ class CallContext:
     retry_base_s: float = 0.5
     # The configured model: an error it can fix (its output limit, its context window) says how.
     model: ModelConfig | None = None
+    # Awaited before the call's first event is handled: until then nothing of it reaches the
+    # client (the previous round's settled checkpoint goes first; runner.Run._call_model).
+    before_output: Callable[[], Awaitable[None]] | None = None
 
 
 async def call_model(ctx: CallContext, request: ModelRequest) -> ModelCallResult:
@@ -147,9 +150,13 @@ async def call_model(ctx: CallContext, request: ModelRequest) -> ModelCallResult
                 send(encode.encode_emit(emit))
 
     flushed_first = False
+    before_output = ctx.before_output
 
     async def on_events(events: list[ev.ModelEvent]) -> None:
-        nonlocal flushed_first
+        nonlocal flushed_first, before_output
+        if before_output is not None:
+            await before_output()
+            before_output = None
         now = trio.current_time()
         for event in events:
             for emit in call.handle(event, now):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 
 import attrs
 import trio
@@ -33,6 +34,7 @@ from byok.cursor.checkpoint import (
 from byok.cursor.prompting import mode_name
 from byok.cursor.request import RunStart
 from byok.cursor.tools.base import ToolOutcome
+from byok.exception_groups import sole
 from byok.http.connect_envelope import ConnectError, end_stream_error, end_stream_ok
 from byok.loop.model_call import ModelCallResult
 from byok.model.messages import Message, ToolCall
@@ -166,9 +168,10 @@ class Run:
             turn, staged = await self._start_point()
         except StartFailed as e:
             raise RunFailed(e.error) from None
+        settled: Checkpoint | None = None  # a round's checkpoint, published during the next call
         if staged is not None:
             # Resume of a staged round: run its tools again, without calling the provider again.
-            turn = await self._execute_round(turn, staged)
+            turn, settled = await self._execute_round(turn, staged)
         elif self.start.action == "resume_action" and ends_with_answer(self._current_head().messages):
             # The client resumed from the turn-end staged checkpoint: the answer is committed,
             # only the final checkpoints are missing.
@@ -176,7 +179,7 @@ class Run:
             return
         while True:
             crash_point("provider_call_planned")
-            result = await self._call_model()
+            result = await self._call_model(settled)
             self.usage = result.usage if self.usage is None else self.usage + result.usage
             self.details = token_details(
                 result.usage,
@@ -192,7 +195,7 @@ class Run:
             if result.reason == "stop":
                 await self._publish_final(turn, result.message)
                 return
-            turn = await self._tool_round(turn, result)
+            turn, settled = await self._tool_round(turn, result)
 
     async def _start_point(self) -> tuple[TurnRecord, Message | None]:
         """Load or import the history, move the head for an edit or a resume, append the run's
@@ -224,7 +227,7 @@ class Run:
             self.details = point.token_details
         return point.turn, point.staged
 
-    async def _tool_round(self, turn: TurnRecord, result: ModelCallResult) -> TurnRecord:
+    async def _tool_round(self, turn: TurnRecord, result: ModelCallResult) -> tuple[TurnRecord, Checkpoint]:
         assistant = attrs.evolve(result.message, tool_round_id=str(uuid.uuid4()))
         await self._recall_root_ids()
         # Built on the head before the commit (the assistant travels inline): its SETs go out
@@ -237,7 +240,9 @@ class Run:
         self.slot.send(encode.checkpoint(staged.state))
         return await self._execute_round(turn, assistant)
 
-    async def _execute_round(self, turn: TurnRecord, assistant: Message) -> TurnRecord:
+    async def _execute_round(self, turn: TurnRecord, assistant: Message) -> tuple[TurnRecord, Checkpoint]:
+        """Run the round's tools and commit their results; returns the turn and the round's
+        settled checkpoint, which the next call publishes (``_call_model``)."""
         calls = assistant.tool_calls
         registry = self.deps.tools.registry
         steps: dict[str, Blob] = {}  # call id -> its step (a known tool's card)
@@ -285,12 +290,13 @@ class Run:
         if settled_turn:  # ToolRound.run returns once every call is published
             turn = settled_turn[0]
         await self._recall_root_ids()
-        settled = self._checkpoint(self._current_head().messages, [], turn)
+        return turn, self._checkpoint(self._current_head().messages, [], turn)
+
+    async def _publish_settled(self, settled: Checkpoint, out: trio.Event) -> None:
         await self._put_blobs(settled.blobs)
         self.slot.send(encode.checkpoint(settled.state))
         crash_point("settled_checkpoint_sent")
-        await self.slot.flushed()
-        return turn
+        out.set()
 
     async def _publish_final(self, turn: TurnRecord, answer: Message | None = None) -> None:
         """The turn's end: ``answer`` is committed first (None: it already is, a resume)."""
@@ -361,7 +367,34 @@ class Run:
         except StaleRevision as e:
             raise RunFailed(changed_under_run(e)) from None
 
-    async def _call_model(self) -> ModelCallResult:
+    async def _call_model(self, settled: Checkpoint | None) -> ModelCallResult:
+        """The next provider call. With ``settled``, the last round's checkpoint is published
+        meanwhile: the request goes out while the client answers the checkpoint's blob SETs, one
+        round trip each, and the call's output waits until the checkpoint is queued, as the
+        settled checkpoint precedes the next model interaction. A failed call still publishes it
+        (its results are committed); a failed publish ends the call."""
+        if settled is None:
+            return await self._call_provider(None)
+        out = trio.Event()
+        failed: RunFailed | None = None
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._publish_settled, settled, out)
+                try:
+                    result = await self._call_provider(out.wait)
+                except RunFailed as e:
+                    failed = e
+        except BaseExceptionGroup as group:
+            # One failure of the two (not a cancellation): raised as itself, as when sequential.
+            leaf = sole(group, Exception)
+            if leaf is None:
+                raise
+            raise leaf from None
+        if failed is not None:
+            raise failed
+        return result
+
+    async def _call_provider(self, before_output: Callable[[], Awaitable[None]] | None) -> ModelCallResult:
         try:
             api_key = self.provider.api_key()
         except ConfigError as e:  # api_key_env unset where the daemon runs (a service's own env)
@@ -391,6 +424,7 @@ class Run:
             max_tries=self.deps.config.server.provider_max_tries,
             retry_base_s=self.deps.config.server.provider_retry_base_s,
             model=self.model,
+            before_output=before_output,
         )
         try:
             with self.deps.activity.provider_call():  # the store is idle meanwhile (upkeep.py)

@@ -57,6 +57,10 @@ class FakeProvider:
     def enqueue(self, *scripts: Script) -> None:
         self._queue.extend(scripts)
 
+    def drop_unused(self) -> None:
+        """Forget the scripts no request has taken yet."""
+        self._queue.clear()
+
     async def close_idle(self) -> None:
         """Close every kept-alive connection once it waits for its next request, as a server's
         idle timeout does; returns when they are closed."""
