@@ -92,6 +92,14 @@ async def test_4_turn_commit(tmp_path: Path, nursery: trio.Nursery) -> None:
         "ms",
         note=f"max {ms(max(s.follow_up for s in samples)):.0f} ms",
     )
+    rounds = [s.commit + s.follow_up for s in samples]
+    report(
+        "4 commit",
+        "the round: last result append -> the next provider request answered",
+        ms(statistics.median(rounds)),
+        "ms",
+        note=f"max {ms(max(rounds)):.0f} ms",
+    )
     note(
         "4: timed from the POST of the last exec result (the 2.2 MB Read, held back 0.3 s so the 7 "
         "small results are committed first) to the arrival of the settled checkpoint frame; covers "
@@ -102,5 +110,8 @@ async def test_4_turn_commit(tmp_path: Path, nursery: trio.Nursery) -> None:
         "second row is the main one with the client reading its responses 1 MiB at a time "
         "(httpcore's 64 KiB reads cost this Python client ~35 trips through httpcore and h11 per "
         "2.2 MB frame). The follow-up row: from the settled checkpoint to the fake provider having "
-        "read the next request, which carries the 2.2 MB result (render, meter, upload)."
+        "read the next request, which carries the 2.2 MB result (render, meter, upload). That "
+        "request goes out while the client ACKs the checkpoint's SETs (runner.Run._call_model), so "
+        "its render and upload run inside the commit row's window; the round row is the two "
+        "together, what the model waits for."
     )
