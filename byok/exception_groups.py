@@ -17,6 +17,12 @@ def sole(e: BaseException, kinds: Kinds) -> BaseException | None:
     return leaves[0] if leaves and all(isinstance(leaf, kinds) for leaf in leaves) else None
 
 
+def first_except(e: BaseException, ignored: Kinds) -> BaseException | None:
+    """The first exception ``e`` holds (itself, or a leaf of its groups) that is not one of
+    ``ignored``; None when there is none."""
+    return next((leaf for leaf in _leaves(e) if not isinstance(leaf, ignored)), None)
+
+
 def _leaves(e: BaseException) -> list[BaseException]:
     if isinstance(e, BaseExceptionGroup):
         return [leaf for inner in e.exceptions for leaf in _leaves(inner)]

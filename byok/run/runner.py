@@ -34,7 +34,7 @@ from byok.cursor.checkpoint import (
 from byok.cursor.prompting import mode_name
 from byok.cursor.request import RunStart
 from byok.cursor.tools.base import ToolOutcome
-from byok.exception_groups import sole
+from byok.exception_groups import first_except
 from byok.http.connect_envelope import ConnectError, end_stream_error, end_stream_ok
 from byok.loop.model_call import ModelCallResult
 from byok.model.messages import Message, ToolCall
@@ -385,11 +385,12 @@ class Run:
                 except RunFailed as e:
                     failed = e
         except BaseExceptionGroup as group:
-            # One failure of the two (not a cancellation): raised as itself, as when sequential.
-            leaf = sole(group, Exception)
-            if leaf is None:
+            # The failure raised as itself, as when the two were sequential. A cancellation that
+            # came with it needs no carrying: the run's cancelled scope raises it again.
+            failure = first_except(group, trio.Cancelled)
+            if failure is None:
                 raise
-            raise leaf from None
+            raise failure from None
         if failed is not None:
             raise failed
         return result

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from byok.devtools.cursor_sim import CursorSim, Transcript, user_turn
+from byok.devtools.cursor_sim import CursorSim, Recorded, Transcript, user_turn
 from byok.devtools.workspace_exec import WorkspaceExecutor
 from byok.pb.agent import v1 as agent
 from byok.store import SQLiteStore
 from tests.integration.conftest import Daemon
 from tests.support.fake_provider import chat_text_script, chat_tool_script, error_script
+from tests.support.run_driver import cancel_message
 
 SLOW_ACK_S = 0.2
 OUTPUT = ("interaction_update.text_delta", "interaction_update.partial_tool_call")
@@ -144,3 +145,37 @@ async def test_a_publish_that_fails_ends_the_run_without_the_calls_output(
     kinds = tr.kinds(skip=())
     done = kinds.index("interaction_update.tool_call_completed")
     assert not any(k in OUTPUT for k in kinds[done:])
+
+
+async def test_a_cancel_while_the_checkpoint_waits_ends_the_run_canceled(
+    daemon: Daemon, sim: CursorSim
+) -> None:
+    _slow_after_the_result(sim)
+    cancelled: list[bool] = []
+
+    def cancel_at_the_first_slow_set(rec: Recorded, tr: Transcript) -> list[agent.AgentClientMessage]:
+        # The SET of the result's root, answered SLOW_ACK_S late: the daemon had the result
+        # when it sent it, so the round is complete by now, and the checkpoint still waits for
+        # the ACKs after this one.
+        kv = rec.message.kv_server_message
+        result_root = (
+            kv is not None and kv.set_blob_args is not None and b'"tool-result"' in kv.set_blob_args.blob_data
+        )
+        if result_root and not cancelled:
+            cancelled.append(True)
+            return [cancel_message()]
+        return []
+
+    _round(daemon, chat_text_script(["never shown"], delay_s=0.05))
+    tr = await sim.run(
+        "cancel",
+        user_turn("read", conversation_id="c-cancel", model_id="byok-demo", message_id="cancel"),
+        on_frame=cancel_at_the_first_slow_set,
+    )
+    assert cancelled
+    assert tr.error is not None and tr.error["code"] == "canceled", tr.end_stream
+    assert "never shown" not in tr.text()
+    # It came while the next call was out and the settled checkpoint still waited for ACKs:
+    # neither the call's output nor that checkpoint reached the client.
+    assert len(daemon.provider.requests) == 2
+    assert [c.pending_tool_calls != [] for c in tr.checkpoints()] == [True]
