@@ -56,6 +56,13 @@ class TurnRecord:
             turn._step_blobs[len(self.steps)] = blob
         return turn
 
+    def with_steps(self, blobs: Sequence[Blob]) -> TurnRecord:
+        """``with_step`` of each already hashed step, in order."""
+        turn = self
+        for blob in blobs:
+            turn = turn.with_step(blob.data, blob)
+        return turn
+
     def step_blobs(self) -> list[Blob]:
         memo = self._step_blobs
         for i, step in enumerate(self.steps):

@@ -26,7 +26,7 @@ from byok.loop.model_call import ModelCall, ModelCallResult, ModelProtocolError
 from byok.model import events as ev
 from byok.model.request import ModelRequest, ModelSettings, RenderedRequest
 from byok.model.usage import Usage
-from byok.providers.adapters import Adapter
+from byok.providers.adapters import Adapter, adapter_for
 from byok.providers.anthropic_request import DEFAULT_MAX_TOKENS
 from byok.providers.http_errors import exceeds_context, refused_option_hint, setup_hint
 from byok.providers.kinds import ANTHROPIC
@@ -35,6 +35,8 @@ from byok.providers.runner import CallStats, StreamParser
 from byok.run.call_log import CallLog
 from byok.run.call_meter import cache_hit_share, error_kind
 from byok.run.crash import crash_point
+from byok.run.deps import RunDeps
+from byok.run.slot import RunSlot
 from byok.store import LlmCallRecord
 
 log = logging.getLogger("byok.provider")
@@ -110,6 +112,40 @@ class CallContext:
     # Awaited before the call's first event is handled: until then nothing of it reaches the
     # client (the previous round's settled checkpoint goes first; runner.Run._call_model).
     before_output: Callable[[], Awaitable[None]] | None = None
+
+
+def run_call_context(
+    *,
+    request_id: str,
+    conversation_id: str,
+    provider: ProviderConfig,
+    model: ModelConfig,
+    api_key: str | None,
+    deps: RunDeps,
+    slot: RunSlot,
+    before_output: Callable[[], Awaitable[None]] | None = None,
+) -> CallContext:
+    """The context of one of a run's calls: its provider and model from the config, the daemon's
+    shared pieces, and the run's stream."""
+    return CallContext(
+        request_id=request_id,
+        conversation_id=conversation_id,
+        provider_id=provider.id,
+        adapter=adapter_for(provider.kind),
+        base_url=provider.base_url,
+        api_key=api_key,
+        headers=provider.headers,
+        http=deps.http,
+        registry=deps.tools.registry,
+        send=slot.send,
+        flushed=slot.flushed,
+        wall_ms=deps.wall_ms,
+        call_log=deps.call_log,
+        max_tries=deps.config.server.provider_max_tries,
+        retry_base_s=deps.config.server.provider_retry_base_s,
+        model=model,
+        before_output=before_output,
+    )
 
 
 async def call_model(ctx: CallContext, request: ModelRequest) -> ModelCallResult:

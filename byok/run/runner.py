@@ -37,19 +37,18 @@ from byok.cursor.tools.base import ToolOutcome
 from byok.exception_groups import first_except
 from byok.http.connect_envelope import ConnectError, end_stream_error, end_stream_ok
 from byok.loop.model_call import ModelCallResult
-from byok.model.messages import Message, ToolCall
+from byok.model.messages import Message
 from byok.model.projection import project
 from byok.model.request import ModelRequest
 from byok.model.usage import Usage
 from byok.pb.agent import v1 as agent
-from byok.providers.adapters import adapter_for
 from byok.run.conversation import ConversationMemory, ConversationSupervisor
 from byok.run.crash import crash_point
 from byok.run.deps import RunDeps
 from byok.run.history import StartFailed
 from byok.run.inbox_pump import pump_inbox
 from byok.run.kv import KvFailure, KvLink
-from byok.run.provider_call import CallContext, ProviderCallFailed, call_model, model_settings
+from byok.run.provider_call import ProviderCallFailed, call_model, model_settings, run_call_context
 from byok.run.slot import RunSlot
 from byok.run.start_point import begin, changed_under_run, ends_with_answer, runtime_message, start_point
 from byok.run.token_details import token_details
@@ -267,7 +266,9 @@ class Run:
                 blobs.append(step)
             published_ids.add(message.tool_call_id)
             if len(published_ids) == len(call_ids):
-                settled_turn.append(_round_turn(turn, calls, steps))
+                # The round's steps in the model's call order (the results came in completion
+                # order); a call without a step (an unknown tool) adds none.
+                settled_turn.append(turn.with_steps([steps[c.call_id] for c in calls if c.call_id in steps]))
                 blobs.append(settled_turn[0].structure())
             self.kv.offer(blobs)
 
@@ -408,23 +409,14 @@ class Run:
             history=project(self._current_head().messages),
             settings=model_settings(self.model, self.provider, self.start.conversation_id),
         )
-        ctx = CallContext(
+        ctx = run_call_context(
             request_id=self.start.request_id,
             conversation_id=self.start.conversation_id,
-            provider_id=self.provider.id,
-            adapter=adapter_for(self.provider.kind),
-            base_url=self.provider.base_url,
-            api_key=api_key,
-            headers=self.provider.headers,
-            http=self.deps.http,
-            registry=self.deps.tools.registry,
-            send=self.slot.send,
-            flushed=self.slot.flushed,
-            wall_ms=self.deps.wall_ms,
-            call_log=self.deps.call_log,
-            max_tries=self.deps.config.server.provider_max_tries,
-            retry_base_s=self.deps.config.server.provider_retry_base_s,
+            provider=self.provider,
             model=self.model,
+            api_key=api_key,
+            deps=self.deps,
+            slot=self.slot,
             before_output=before_output,
         )
         try:
@@ -432,13 +424,3 @@ class Run:
                 return await call_model(ctx, request)
         except ProviderCallFailed as e:
             raise RunFailed(e.error) from None
-
-
-def _round_turn(turn: TurnRecord, calls: tuple[ToolCall, ...], steps: dict[str, Blob]) -> TurnRecord:
-    """``turn`` with a finished round's steps, in the model's call order (the results came in
-    completion order); a call without a step (an unknown tool) adds none."""
-    for call in calls:
-        step = steps.get(call.call_id)
-        if step is not None:
-            turn = turn.with_step(step.data, step)
-    return turn
