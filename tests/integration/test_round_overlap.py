@@ -36,8 +36,8 @@ async def sim(daemon: Daemon, tmp_path: Path) -> AsyncIterator[CursorSim]:
     await executor.aclose()
 
 
-def _slow_after_the_result(sim: CursorSim) -> None:
-    """Answer every KV request at once until the round's Read has run, then each SLOW_ACK_S late."""
+def _execs_run(sim: CursorSim) -> list[agent.ExecServerMessage]:
+    """The Execs the sim's executor has started, as it starts them."""
     ran: list[agent.ExecServerMessage] = []
     executor = sim.executor
     assert executor is not None
@@ -48,6 +48,12 @@ def _slow_after_the_result(sim: CursorSim) -> None:
         await original(msg, reply, delay=delay)
 
     executor.run = run  # type: ignore[method-assign]
+    return ran
+
+
+def _slow_after_the_result(sim: CursorSim) -> None:
+    """Answer every KV request at once until the round's Read has run, then each SLOW_ACK_S late."""
+    ran = _execs_run(sim)
     sim.kv_delay = lambda _kv: SLOW_ACK_S if ran else 0.0
 
 
@@ -111,16 +117,7 @@ def _settled_index(tr: Transcript) -> int:
 async def test_a_publish_that_fails_ends_the_run_without_the_calls_output(
     daemon: Daemon, sim: CursorSim
 ) -> None:
-    ran: list[agent.ExecServerMessage] = []
-    executor = sim.executor
-    assert executor is not None
-    original = executor.run
-
-    async def run(msg, reply, *, delay=0.0):  # type: ignore[no-untyped-def]
-        ran.append(msg)
-        await original(msg, reply, delay=delay)
-
-    executor.run = run  # type: ignore[method-assign]
+    ran = _execs_run(sim)
 
     def refuse_after_the_result(kv: agent.KvServerMessage) -> agent.KvClientMessage | None:
         if ran and kv.set_blob_args is not None:
