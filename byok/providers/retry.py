@@ -36,6 +36,7 @@ async def stream_with_retries(
     max_delay_s: float = 8.0,
     on_attempt: OnAttempt | None = None,
     capture: bytearray | None = None,
+    before_body: Callable[[], Awaitable[None]] | None = None,
 ) -> CallStats:
     """``stream_call`` with up to ``max_tries`` attempts, every one sending ``body`` as is.
 
@@ -45,7 +46,8 @@ async def stream_with_retries(
     the successful attempt's stats; raises the last attempt's ProviderError.
 
     ``capture``: cleared at the start of every attempt and passed to ``stream_call``, so it
-    ends up holding the last attempt's raw response bytes (capped).
+    ends up holding the last attempt's raw response bytes (capped). ``before_body``: passed to
+    the first attempt's ``stream_call``.
     """
     attempt = 0
     while True:
@@ -55,7 +57,16 @@ async def stream_with_retries(
         if capture is not None:
             capture.clear()
         try:
-            await stream_call(client, endpoint, body, new_parser(), gate, stats=stats, capture=capture)
+            await stream_call(
+                client,
+                endpoint,
+                body,
+                new_parser(),
+                gate,
+                stats=stats,
+                capture=capture,
+                before_body=before_body if attempt == 1 else None,  # later ones come after it
+            )
         except ProviderError as e:
             if on_attempt is not None:
                 await on_attempt(attempt, stats, e)
