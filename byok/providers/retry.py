@@ -36,7 +36,6 @@ async def stream_with_retries(
     max_delay_s: float = 8.0,
     on_attempt: OnAttempt | None = None,
     capture: bytearray | None = None,
-    before_body: Callable[[], Awaitable[None]] | None = None,
 ) -> CallStats:
     """``stream_call`` with up to ``max_tries`` attempts, every one sending ``body`` as is.
 
@@ -46,8 +45,7 @@ async def stream_with_retries(
     the successful attempt's stats; raises the last attempt's ProviderError.
 
     ``capture``: cleared at the start of every attempt and passed to ``stream_call``, so it
-    ends up holding the last attempt's raw response bytes (capped). ``before_body``: passed to
-    the first attempt's ``stream_call``.
+    ends up holding the last attempt's raw response bytes (capped).
     """
     attempt = 0
     while True:
@@ -57,16 +55,7 @@ async def stream_with_retries(
         if capture is not None:
             capture.clear()
         try:
-            await stream_call(
-                client,
-                endpoint,
-                body,
-                new_parser(),
-                gate,
-                stats=stats,
-                capture=capture,
-                before_body=before_body if attempt == 1 else None,  # later ones come after it
-            )
+            await stream_call(client, endpoint, body, new_parser(), gate, stats=stats, capture=capture)
         except ProviderError as e:
             if on_attempt is not None:
                 await on_attempt(attempt, stats, e)

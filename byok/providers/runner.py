@@ -65,7 +65,6 @@ async def stream_call(
     *,
     stats: CallStats | None = None,
     capture: bytearray | None = None,
-    before_body: Callable[[], Awaitable[None]] | None = None,
 ) -> CallStats:
     """POST ``body`` and stream the response through ``parser`` into ``on_events``.
 
@@ -74,13 +73,11 @@ async def stream_call(
     still reports its status, timings and byte counts. Pass ``capture`` to have the response
     body (after content decoding; error bodies too) appended to it, up to MAX_CAPTURE_BYTES
     in all; ``stats.bytes`` larger than what was captured means the capture was cut.
-    ``before_body``: awaited after the request's headers are sent and before its body, so the
-    caller's last step (a commit) overlaps connecting and sending them.
     """
     stats = CallStats() if stats is None else stats
     start = clock()
     try:
-        content = _content(body) if before_body is None else _gated(body, before_body)
+        content = _content(body)
         async with client.stream(
             "POST", _url(endpoint.url), content=content, headers=_headers(endpoint, content, len(body))
         ) as resp:
@@ -136,15 +133,6 @@ def _content(body: Body) -> bytes | AsyncIterator[bytes]:
             yield chunk
 
     return pieces()  # a new one per attempt: a retry sends the body again
-
-
-async def _gated(body: Body, before_body: Callable[[], Awaitable[None]]) -> AsyncIterator[bytes]:
-    await before_body()
-    if isinstance(body, bytes) or len(body) <= spliced.CHUNK_BYTES:
-        yield bytes(body)
-    else:
-        for chunk in body.whole_chunks():
-            yield chunk
 
 
 def _headers(

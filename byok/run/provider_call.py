@@ -112,9 +112,6 @@ class CallContext:
     # Awaited before the call's first event is handled: until then nothing of it reaches the
     # client (the previous round's settled checkpoint goes first; runner.Run._call_model).
     before_output: Callable[[], Awaitable[None]] | None = None
-    # Awaited before the request's body is sent (its headers may go first): the run's start
-    # commits meanwhile (start_point.begin_user_turn).
-    before_body: Callable[[], Awaitable[None]] | None = None
 
 
 def run_call_context(
@@ -127,7 +124,6 @@ def run_call_context(
     deps: RunDeps,
     slot: RunSlot,
     before_output: Callable[[], Awaitable[None]] | None = None,
-    before_body: Callable[[], Awaitable[None]] | None = None,
 ) -> CallContext:
     """The context of one of a run's calls: its provider and model from the config, the daemon's
     shared pieces, and the run's stream."""
@@ -149,7 +145,6 @@ def run_call_context(
         retry_base_s=deps.config.server.provider_retry_base_s,
         model=model,
         before_output=before_output,
-        before_body=before_body,
     )
 
 
@@ -233,7 +228,6 @@ async def call_model(ctx: CallContext, request: ModelRequest) -> ModelCallResult
             base_delay_s=ctx.retry_base_s,
             on_attempt=on_attempt,
             capture=capture,
-            before_body=ctx.before_body,
         )
         result = call.result()
     except ev.ProviderError as e:

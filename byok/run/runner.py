@@ -50,14 +50,7 @@ from byok.run.inbox_pump import pump_inbox
 from byok.run.kv import KvFailure, KvLink
 from byok.run.provider_call import ProviderCallFailed, call_model, model_settings, run_call_context
 from byok.run.slot import RunSlot
-from byok.run.start_point import (
-    begin,
-    begin_user_turn,
-    changed_under_run,
-    ends_with_answer,
-    runtime_message,
-    start_point,
-)
+from byok.run.start_point import begin, changed_under_run, ends_with_answer, runtime_message, start_point
 from byok.run.token_details import token_details
 from byok.run.tool_round import ExecRouter, ToolRound
 from byok.store import RunExists, StaleRevision, StoreError
@@ -95,7 +88,6 @@ class Run:
         self._row = "unwritten"  # "mine": the start point's first store trip wrote it; "foreign":
         # an earlier run owns this request id, so this one writes nothing
         self.prior_turns: tuple[bytes, ...] = ()
-        self._committed: trio.Event | None = None  # set when the start's COMMIT is done
         self.details = agent.ConversationTokenDetails(max_tokens=self.model.context_tokens)
 
     # --- lifecycle ------------------------------------------------------------------
@@ -172,17 +164,7 @@ class Run:
     # --- the turn ----------------------------------------------------------------------
     async def _turn(self) -> None:
         try:
-            async with trio.open_nursery() as nursery:  # the start's store trip ends in it
-                await self._turn_from_start(nursery)
-        except BaseExceptionGroup as group:
-            failure = first_except(group, trio.Cancelled)  # see _call_model
-            if failure is None:
-                raise
-            raise failure from None
-
-    async def _turn_from_start(self, nursery: trio.Nursery) -> None:
-        try:
-            turn, staged = await self._start_point(nursery)
+            turn, staged = await self._start_point()
         except StartFailed as e:
             raise RunFailed(e.error) from None
         settled: Checkpoint | None = None  # a round's checkpoint, published during the next call
@@ -195,6 +177,7 @@ class Run:
             await self._publish_final(turn)
             return
         while True:
+            crash_point("provider_call_planned")
             result = await self._call_model(settled)
             self.usage = result.usage if self.usage is None else self.usage + result.usage
             self.details = token_details(
@@ -213,18 +196,14 @@ class Run:
                 return
             turn, settled = await self._tool_round(turn, result)
 
-    async def _start_point(self, nursery: trio.Nursery) -> tuple[TurnRecord, Message | None]:
+    async def _start_point(self) -> tuple[TurnRecord, Message | None]:
         """Load or import the history, move the head for an edit or a resume, append the run's
         runtime message(s) exactly once; return the turn to build and any staged round to re-run."""
         st = self.start
         wall_ms = self.deps.wall_ms
         runtime = runtime_message(self.assets, st, wall_ms()) if st.action == "user_message_action" else None
-        store = self.deps.store
         try:
-            if runtime is None:
-                begun = await begin(store, st, None, wall_ms())
-            else:
-                begun, self._committed = await begin_user_turn(nursery, store, st, runtime, wall_ms())
+            begun = await begin(self.deps.store, st, runtime, wall_ms())
         except RunExists as e:
             self._row = "foreign"
             raise RunFailed(
@@ -424,16 +403,6 @@ class Run:
             raise RunFailed(
                 ConnectError("failed_precondition", f"no API key for provider {self.provider.id!r}: {e}")
             ) from None
-        committed, self._committed = self._committed, None
-        before_body: Callable[[], Awaitable[None]] | None = None
-        if committed is None or committed.is_set():
-            crash_point("provider_call_planned")
-        else:
-
-            async def before_body() -> None:  # the runtime message's COMMIT (begin_user_turn)
-                await committed.wait()
-                crash_point("provider_call_planned")
-
         request = ModelRequest(
             system=self.assets.system,
             tools=self.tool_specs,
@@ -449,7 +418,6 @@ class Run:
             deps=self.deps,
             slot=self.slot,
             before_output=before_output,
-            before_body=before_body,
         )
         try:
             with self.deps.activity.provider_call():  # the store is idle meanwhile (upkeep.py)

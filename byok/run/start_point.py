@@ -12,7 +12,6 @@ import datetime
 from collections.abc import Callable, Iterator
 
 import attrs
-import trio
 
 from byok.cursor.background import (
     completion_event_id,
@@ -103,12 +102,10 @@ def _begin_user_turn(
     now_ms: int,
     *,
     may_import: bool,
-    early: Callable[[Begun], None] | None = None,
 ) -> Begun:
     """The start of a user turn in one hop to the store's thread and one fsync: load the head,
     branch for an edit, append the runtime message exactly once (a retried run_request replays)
-    with the run's row in the same transaction. ``early``: given the outcome once the append is
-    written, before its COMMIT."""
+    with the run's row in the same transaction."""
     head = s.head(conversation_id)
     turns = s.turns_at(head.revision_id)
     if head.version == 0 and may_import:
@@ -131,22 +128,13 @@ def _begin_user_turn(
         event_id=event_id,
         input_id=message_id or None,
         start_run=run,
-        before_commit=None if early is None else lambda written: early(Begun(written, turns, appended=True)),
     )
     return Begun(head, turns, appended=True)
 
 
-async def begin(
-    store: AsyncStore,
-    st: RunStart,
-    runtime: Message | None,
-    now_ms: int,
-    *,
-    early: Callable[[Begun], None] | None = None,
-) -> Begun:
+async def begin(store: AsyncStore, st: RunStart, runtime: Message | None, now_ms: int) -> Begun:
     """The first store trip, which writes the run's row; ``runtime`` is a user turn's runtime
-    message (None for any other action). Raises RunExists when an earlier run owns the request id.
-    ``early``: see _begin_user_turn (called on the store's thread)."""
+    message (None for any other action). Raises RunExists when an earlier run owns the request id."""
     run = (st.request_id, st.model_id)
     if runtime is None:
         return await store.call(_load_start, run, st.conversation_id, now_ms)
@@ -162,55 +150,7 @@ async def begin(
             runtime,
             now_ms,
             may_import=_may_import(st),
-            early=early,
         )
-
-
-async def begin_user_turn(
-    nursery: trio.Nursery, store: AsyncStore, st: RunStart, runtime: Message, now_ms: int
-) -> tuple[Begun, trio.Event]:
-    """``begin`` for a user turn that returns once the runtime message is written, while SQLite
-    still commits it (the fsync, ~1 ms): the run builds its provider request and opens the call
-    meanwhile, and sends the request's body only once the returned event is set, so no provider
-    sees a message before it is durable (clarification 4). The trip ends in ``nursery``, where
-    a failed COMMIT is raised. A trip that appends nothing (a replay, an import first) returns
-    when it is done, with the event set."""
-    token = trio.lowlevel.current_trio_token()
-    ready, committed = trio.Event(), trio.Event()
-    early: list[Begun] = []
-    done: list[Begun | Exception] = []
-
-    def written(begun: Begun) -> None:
-        early.append(begun)
-        ready.set()
-
-    async def trip() -> None:
-        try:
-            # The worker's callbacks reach this thread in order: ``written`` before the return.
-            begun = await begin(store, st, runtime, now_ms, early=lambda b: token.run_sync_soon(written, b))
-        except Exception as e:
-            if early:
-                raise  # the COMMIT failed after the run went on: the nursery ends the run
-            done.append(e)
-        else:
-            done.append(begun)
-            committed.set()
-        finally:
-            ready.set()
-
-    nursery.start_soon(trip)
-    # Like ``begin``, not given up on a cancel once under way: the run's row may be written,
-    # and the caller must learn that it is its own (its end is recorded on it).
-    with trio.CancelScope(shield=True):
-        await ready.wait()
-    if early:
-        return early[0], committed
-    if not done:  # the trip was cancelled before it reached the store; so is this task
-        await trio.lowlevel.checkpoint()
-        raise RuntimeError("the run's first store trip was cancelled")
-    if isinstance(done[0], Exception):
-        raise done[0]
-    return done[0], committed
 
 
 @attrs.frozen

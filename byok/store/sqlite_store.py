@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -115,7 +115,6 @@ class SQLiteStore:
         event_id: str | None = None,
         input_id: str | None = None,
         start_run: tuple[str, str] | None = None,
-        before_commit: Callable[[Head], None] | None = None,
     ) -> Head:
         """Append ``messages`` as a new head revision, if the conversation is still at
         ``expected_version`` (0 = does not exist yet). Raises StaleRevision otherwise.
@@ -125,8 +124,6 @@ class SQLiteStore:
         consumed nothing is appended and the current head is returned (whatever its version), so a
         retry replays instead of appending twice. ``input_id``: the first time it is seen, the head
         before this append is recorded as the point an edit of that input branches from.
-        ``before_commit(head)``: called with the new head once it is written, before COMMIT (and its
-        fsync) makes it durable; not called when nothing is appended.
         """
         if not messages:
             raise ValueError("append needs at least one message")
@@ -177,8 +174,6 @@ class SQLiteStore:
                     for m, data in zip(messages, encoded, strict=True)
                 )
                 head = Head(conversation_id, revision_id, expected_version + 1, after)
-                if before_commit is not None:
-                    before_commit(head)
         self._cache.remember(head)
         return head
 

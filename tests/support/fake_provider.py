@@ -11,7 +11,7 @@ import functools
 import json
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -58,7 +58,6 @@ class FakeProvider:
         self._open = 0
         self._queue: deque[Script] = deque()
         self._idle: set[trio.CancelScope] = set()  # connections waiting for their next request
-        self.on_head: Callable[[], None] | None = None  # called as a request's headers arrive
 
     async def start(self, nursery: trio.Nursery) -> str:
         listeners = await nursery.start(partial(trio.serve_tcp, self._serve, 0, host="127.0.0.1"))
@@ -126,8 +125,6 @@ class FakeProvider:
                 return None
             if isinstance(event, h11.Request):
                 request = event
-                if self.on_head is not None:
-                    self.on_head()
             elif isinstance(event, h11.Data):
                 body += event.data
             elif isinstance(event, h11.EndOfMessage):
