@@ -232,28 +232,53 @@ async def test_5_long_conversation(tmp_path: Path, nursery: trio.Nursery) -> Non
     # In caches shared by all conversations and bounded by bytes: the decoded history (store,
     # DEFAULT_CACHE_BYTES) and the request fragments (rendering.FRAGMENTS); an idle conversation
     # holds those only until newer ones push it out, then its next turn decodes from SQLite.
+    def idle_heap(
+        store: SQLiteStore, conversation_id: str, meter_record: LlmCallRecord
+    ) -> tuple[int, int, int, object]:
+        """(own, cached, decoded) bytes of heap an idle ``conversation_id`` keeps, and what holds
+        its own part (the caller releases it). tracemalloc is on and the store's and the render's
+        caches are empty; ``meter_record``: its last call, its element digests already made."""
+        start = tracemalloc.get_traced_memory()[0]
+        held = store.head(conversation_id).messages
+        decoded = tracemalloc.get_traced_memory()[0] - start
+        history = project(held)
+        held_render = adapter.render(
+            ModelRequest(system=system, tools=tools, history=history, settings=settings)
+        )
+        del held_render, history
+        cached = tracemalloc.get_traced_memory()[0] - start
+        held_memory = ConversationMemory()
+        for m in held:
+            held_memory.acked.add(held_memory.root_of(m).id)
+        held_memory.drop_acked_roots()
+        held_memory.saved(list(held_memory.unsaved.items()))  # as the run's terminal write does
+        held_hashes = finalize_and_hash(meter_record)[1]
+        own = tracemalloc.get_traced_memory()[0] - start - cached
+        return own, cached, decoded, (held_memory, held_hashes)
+
+    with SQLiteStore.open_in(data_dir) as s:
+        window_history = project(s.head(WINDOW_CONV).messages)
+    window_render = adapter.render(
+        ModelRequest(system=system, tools=tools, history=window_history, settings=settings)
+    )
+    window_record = LlmCallRecord(
+        "r", WINDOW_CONV, "p", "", window_render.source, "", "", "ok", 0, rendered=window_render
+    )
+    finalize_and_hash(window_record)  # its digests made, as the 5,000 messages' above
+    del window_history, window_render
     rendering.forget_rendered()
     tracemalloc.start()
     model_store = SQLiteStore.open_in(data_dir)
-    held = model_store.head(LONG_CONV).messages
-    decoded = tracemalloc.get_traced_memory()[0]
-    held_render = adapter.render(
-        ModelRequest(system=system, tools=tools, history=project(held), settings=settings)
-    )
-    del held_render
-    cached_heap = tracemalloc.get_traced_memory()[0]
-    held_memory = ConversationMemory()
-    for m in held:
-        held_memory.acked.add(held_memory.root_of(m).id)
-    held_memory.drop_acked_roots()
-    held_memory.saved(list(held_memory.unsaved.items()))  # as the run's terminal write does
-    held_hashes = finalize_and_hash(record)[1]
-    own_heap = tracemalloc.get_traced_memory()[0] - cached_heap
+    own_heap, cached_heap, decoded, held_own = idle_heap(model_store, LONG_CONV, record)
     # The idle conversation's history goes before the active run's is measured: freed during
     # the measurement, it would count against it.
-    del held, m
     model_store.forget_cached()
     rendering.forget_rendered()
+    del held_own
+    window_own, window_cached, window_decoded, held_own = idle_heap(model_store, WINDOW_CONV, window_record)
+    model_store.forget_cached()
+    rendering.forget_rendered()
+    del held_own
     base = tracemalloc.get_traced_memory()[0]
     held = model_store.head(LONG_CONV).messages
     held_history = project(held)
@@ -263,7 +288,7 @@ async def test_5_long_conversation(tmp_path: Path, nursery: trio.Nursery) -> Non
     active_heap = tracemalloc.get_traced_memory()[0] - base
     tracemalloc.stop()
     model_store.close()
-    del held_memory, held_hashes, held_history, held_body
+    del held_history, held_body
     report(
         "5 long conv",
         "Python heap kept per idle conversation, evicted from the shared caches (tracemalloc)",
@@ -281,6 +306,15 @@ async def test_5_long_conversation(tmp_path: Path, nursery: trio.Nursery) -> Non
         note=f"+ decoded history {decoded / 2**20:.1f} MiB, request fragments "
         f"{(cached_heap - decoded) / 2**20:.1f} MiB (caches bounded across conversations: "
         f"{DEFAULT_CACHE_BYTES / 2**20:.0f} + {rendering.FRAGMENTS.max_bytes / 2**20:.0f} MiB)",
+    )
+    report(
+        "5 long conv",
+        f"  the same at a full 200K-token window ({window_blocks * 10:,} messages)",
+        (window_own + window_cached) / 2**20,
+        "MiB",
+        5,
+        note=f"own {window_own / 2**20:.2f} MiB, decoded history {window_decoded / 2**20:.1f} MiB, "
+        f"request fragments {(window_cached - window_decoded) / 2**20:.1f} MiB",
     )
     report(
         "5 long conv",
