@@ -64,6 +64,8 @@ def _starting(what: str) -> Iterator[None]:
 
 # After the runs end, how long their streams get to write their last frames.
 STREAM_DRAIN_S = 5.0
+# How long shutdown may spend storing the renders of the histories called since the last release.
+RENDERS_SAVE_S = 10.0
 # How long a provider-call record may wait for the runs to go quiet before it is written anyway.
 CALL_LOG_DEFER_S = 1.0
 
@@ -153,7 +155,7 @@ async def run_daemon(
                 functools.partial(
                     between_runs,
                     app.activity,
-                    functools.partial(release_caches, store, app.supervisors, call_log),
+                    functools.partial(release_caches, store, app.supervisors, call_log, deps.renders),
                     idle_s=config.server.idle_release_s,
                     max_gap_s=math.inf,
                 )
@@ -182,6 +184,8 @@ async def run_daemon(
             await stop.wait()
             log.info("shutting down: waiting up to %gs for active runs", config.server.shutdown_grace_s)
             await app.shutdown(config.server.shutdown_grace_s)
+            with trio.move_on_after(RENDERS_SAVE_S):  # the next start's first turns start from them
+                await deps.renders.save_all(store)
             await app.run_streams.drain_streams(STREAM_DRAIN_S)
             if stop_proxy is not None:
                 stop_proxy()

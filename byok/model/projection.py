@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from byok.model.messages import Message, ToolCall
-from byok.model.request import AssistantTurn, HistoryItem, ToolResultTurn, UserTurn
+from byok.model.request import AssistantTurn, HistoryItem, RenderedPrefix, ToolResultTurn, UserTurn
 
 
 def _user(m: Message) -> UserTurn:
@@ -102,6 +102,35 @@ def _resume(messages: Sequence[Message]) -> tuple[int, list[HistoryItem]]:
                 return count, list(items)
             return 0, []
     return 0, []
+
+
+def projected_count(messages: Sequence[Message]) -> int:
+    """How many of ``messages`` an earlier projection left final (0: never projected here)."""
+    return _resume(messages)[0]
+
+
+def final_prefix(messages: Sequence[Message]) -> tuple[int, tuple[HistoryItem, ...]]:
+    """``(count, items)``: the first ``count`` messages project to ``items`` whatever follows them
+    (the last projection's final prefix; ``(0, ())`` when nothing is final)."""
+    project(messages)
+    count, items = _resume(messages)
+    return count, tuple(items)
+
+
+def start_from(messages: Sequence[Message], prefix: RenderedPrefix) -> None:
+    """Make ``prefix`` the projection of ``messages``' first ``len(prefix.messages)`` (a final
+    prefix when it was stored): the next projections start after it."""
+    count = len(prefix.messages)
+    if not 0 < count <= len(messages) or messages[count - 1] is not prefix.messages[-1]:
+        raise ValueError("the rendered prefix is not of these messages")
+    messages[count - 1].memo_set(_PREFIX, (count, messages[0], (prefix,)))
+
+
+def expanded(history: tuple[HistoryItem, ...]) -> tuple[HistoryItem, ...]:
+    """``history`` with a leading RenderedPrefix replaced by the items its messages project to."""
+    if history and isinstance(history[0], RenderedPrefix):
+        return project(history[0].messages) + history[1:]
+    return history
 
 
 def _keep(messages: Sequence[Message], start: int, count: int, items: tuple[HistoryItem, ...]) -> None:

@@ -7,12 +7,13 @@ same ModelRequest, and therefore the same request bytes.
 from __future__ import annotations
 
 import functools
+from collections.abc import Hashable
 from typing import Any
 
 import attrs
 
 from byok.model.body import Body, as_bytes
-from byok.model.messages import ReplayState, ToolCall
+from byok.model.messages import Message, ReplayState, ToolCall
 
 
 @attrs.frozen
@@ -45,7 +46,21 @@ class ToolResultTurn:
     is_error: bool = False
 
 
-HistoryItem = UserTurn | AssistantTurn | ToolResultTurn
+@attrs.frozen(eq=False)  # one object per stored render read back: compared by identity
+class RenderedPrefix:
+    """The items of ``messages`` as an adapter rendered them, read back from the store: after a
+    restart a long history's first items are neither decoded, projected nor rendered again.
+    ``texts``: the element texts the render gave under the adapter's prefix ``key`` (for Chat,
+    the system message's first). Only ever the first item of a history; an adapter with another
+    key renders ``messages`` itself."""
+
+    key: Hashable
+    texts: tuple[bytes, ...] = attrs.field(repr=False)
+    messages: tuple[Message, ...] = attrs.field(repr=False)
+    size: int  # bytes of texts
+
+
+HistoryItem = UserTurn | AssistantTurn | ToolResultTurn | RenderedPrefix
 
 
 @attrs.frozen

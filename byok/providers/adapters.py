@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 import attrs
 
@@ -29,6 +29,9 @@ class Adapter:
     new_parser: Callable[[], StreamParser]
     path: str  # appended to the configured base URL
     auth: Callable[[str | None], tuple[tuple[str, str], ...]]
+    # The history's element texts and their key, for a stored render (RenderedPrefix); None for
+    # an adapter that renders its history as a whole (Anthropic merges messages).
+    prefix_texts: Callable[[ModelRequest], tuple[Hashable, list[bytes]]] | None = None
 
     def endpoint(
         self, base_url: str, api_key: str | None, headers: tuple[tuple[str, str], ...] = ()
@@ -62,9 +65,10 @@ ADAPTERS: dict[str, Adapter] = {
     a.kind: a
     for a in (
         Adapter(OPENAI_CHAT, openai_chat_request.render_request, openai_chat_stream.ChatStreamParser,
-                "/chat/completions", _bearer),
+                "/chat/completions", _bearer, openai_chat_request.prefix_texts),
         Adapter(OPENAI_RESPONSES, openai_responses_request.render_request,
-                openai_responses_stream.ResponsesStreamParser, "/responses", _bearer),
+                openai_responses_stream.ResponsesStreamParser, "/responses", _bearer,
+                openai_responses_request.prefix_texts),
         Adapter(ANTHROPIC, anthropic_request.render_request, anthropic_stream.AnthropicStreamParser,
                 "/v1/messages", _anthropic_auth),
     )

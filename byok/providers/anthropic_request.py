@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from byok.model.messages import ReplayState, ToolCall
+from byok.model.projection import expanded
 from byok.model.request import (
     AssistantTurn,
     HistoryItem,
@@ -55,10 +56,13 @@ def render_request(req: ModelRequest) -> RenderedRequest:
     Each merged group's message text is cached, keyed by the group's items.
     """
     s = req.settings
-    done, messages, size = rendered_prefix(ANTHROPIC, req.history)
+    # A stored render stands for items of other adapters only (a merge may rewrite the last
+    # message of this one's): its messages are rendered here.
+    history = expanded(req.history)
+    done, messages, size = rendered_prefix(ANTHROPIC, history)
     last: tuple[int, int, int] | None = None  # where the last message starts: its first item,
     # the messages and bytes before it
-    for start, group in _groups(req.history, done):
+    for start, group in _groups(history, done):
         last = (start, len(messages), size)
         (text,) = cached((ANTHROPIC, group), _render, group)
         messages.append(text)
@@ -67,7 +71,7 @@ def render_request(req: ModelRequest) -> RenderedRequest:
         # A later item may still join the last message, so what is final ends where it starts;
         # that a message starts there is known only while the item there is the same one.
         start, count, kept_size = last
-        keep_prefix(ANTHROPIC, req.history[: start + 1], start, messages[:count], kept_size)
+        keep_prefix(ANTHROPIC, history[: start + 1], start, messages[:count], kept_size)
     body: dict[str, Any] = {
         "model": s.upstream_model,
         "max_tokens": s.max_output_tokens if s.max_output_tokens is not None else DEFAULT_MAX_TOKENS,

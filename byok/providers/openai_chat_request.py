@@ -8,7 +8,7 @@ reasoning ``openai_chat_stream`` saved as its ``ReplayState``.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from byok.model.messages import ReplayState
@@ -34,14 +34,7 @@ def render_request(req: ModelRequest) -> RenderedRequest:
     (never sorted) so identical requests give identical bytes and a longer history only
     appends to ``messages``."""
     s = req.settings
-    flag = s.replay_reasoning_on_tool_turns
-    system = {"role": "system", "content": req.system}
-    elements = item_texts(
-        (OPENAI_CHAT, flag, req.system),
-        req.history,
-        lambda item: cached((OPENAI_CHAT, item, flag), _render, item, flag),
-        (lambda: cached((OPENAI_CHAT, "system", req.system), _render, system, False)) if req.system else None,
-    )
+    _key, elements = prefix_texts(req)
     body: dict[str, Any] = {
         "model": s.upstream_model,
         "stream": True,
@@ -54,6 +47,20 @@ def render_request(req: ModelRequest) -> RenderedRequest:
     if s.max_output_tokens is not None:
         body["max_tokens"] = s.max_output_tokens
     return assemble(body, "messages", elements, s.extra_body, tools)
+
+
+def prefix_texts(req: ModelRequest) -> tuple[Hashable, list[bytes]]:
+    """The ``messages`` element texts of ``req`` (its system message, then its history) and the key
+    they are kept under: what a stored render of the history holds (RenderedPrefix)."""
+    flag = req.settings.replay_reasoning_on_tool_turns
+    system = {"role": "system", "content": req.system}
+    key = (OPENAI_CHAT, flag, req.system)
+    return key, item_texts(
+        key,
+        req.history,
+        lambda item: cached((OPENAI_CHAT, item, flag), _render, item, flag),
+        (lambda: cached((OPENAI_CHAT, "system", req.system), _render, system, False)) if req.system else None,
+    )
 
 
 def _tool(t: ToolSpec) -> dict[str, Any]:

@@ -8,7 +8,7 @@ order, reconstructed from the turn's ``ReplayState`` (saved by ``openai_response
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from byok.model.messages import ReplayState, ToolCall
@@ -35,6 +35,14 @@ from byok.providers.rendering import (
 from byok.providers.replay import saved_list
 
 
+def prefix_texts(req: ModelRequest) -> tuple[Hashable, list[bytes]]:
+    """The ``input`` element texts of ``req``'s history and the key they are kept under (see
+    openai_chat_request.prefix_texts)."""
+    return OPENAI_RESPONSES, item_texts(
+        OPENAI_RESPONSES, req.history, lambda item: cached((OPENAI_RESPONSES, item), _render, item)
+    )
+
+
 def build_request(req: ModelRequest) -> bytes:
     return render_request(req).body
 
@@ -44,9 +52,7 @@ def render_request(req: ModelRequest) -> RenderedRequest:
     construction and each history item serializes on its own (cached), so a longer history
     only appends to ``input``."""
     s = req.settings
-    items = item_texts(
-        OPENAI_RESPONSES, req.history, lambda item: cached((OPENAI_RESPONSES, item), _render, item)
-    )
+    _key, items = prefix_texts(req)
     body: dict[str, Any] = {
         "model": s.upstream_model,
         "stream": True,

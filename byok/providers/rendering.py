@@ -26,7 +26,8 @@ import attrs
 
 from byok.model.body import SplicedBody
 from byok.model.messages import SPLICE_MIN, json_string
-from byok.model.request import RenderedRequest, ToolSpec
+from byok.model.projection import expanded
+from byok.model.request import RenderedPrefix, RenderedRequest, ToolSpec
 from byok.providers.fragment_cache import SizedLru
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
@@ -185,6 +186,11 @@ def item_texts(
     (elements before the history's), then ``texts_of(item)`` for each item, starting from what
     the last render under ``prefix_key`` kept (all of it is final)."""
     done, texts, size = rendered_prefix(prefix_key, history)
+    if not done and history and isinstance(history[0], RenderedPrefix):
+        if history[0].key == prefix_key:  # a stored render of this adapter: its texts as they are
+            done, texts, size = 1, list(history[0].texts), history[0].size
+        else:
+            history = expanded(history)
     if not done and head is not None:
         first = head()
         texts += first

@@ -14,6 +14,7 @@ from byok.cursor.prompting import ModeAssets
 from byok.cursor.tools.base import ToolDef
 from byok.model.request import ToolSpec
 from byok.run.call_log import CallLog
+from byok.run.stored_render import StoredRenders
 from byok.run.upkeep import RunActivity
 from byok.store import AsyncStore
 
@@ -34,3 +35,4 @@ class RunDeps:
     call_log: CallLog
     wall_ms: Callable[[], int] = attrs.field(default=lambda: int(time.time() * 1000))
     activity: RunActivity = attrs.Factory(RunActivity)
+    renders: StoredRenders = attrs.Factory(StoredRenders)  # saved at the caches' release, shutdown

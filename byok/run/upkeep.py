@@ -44,6 +44,7 @@ from byok.store import AsyncStore, SQLiteStore, StoreError
 if TYPE_CHECKING:  # not at run time: `byok serve` imports this module before tuning the allocator
     from byok.run.call_log import CallLog
     from byok.run.conversation import Supervisors
+    from byok.run.stored_render import StoredRenders
 
 log = logging.getLogger("byok.upkeep")
 
@@ -142,10 +143,15 @@ async def checkpoint_while_calling(
                 log.warning("WAL checkpoint failed: %s", e)
 
 
-async def release_caches(store: AsyncStore, supervisors: Supervisors, call_log: CallLog) -> None:
-    """Drop every conversation's decoded history, request fragments and element digests (all
-    caches: the next turn reads them back from SQLite), what idle conversations remember of
-    their clients and the call log of its last calls, then tidy up, which hands the memory back."""
+async def release_caches(
+    store: AsyncStore, supervisors: Supervisors, call_log: CallLog, renders: StoredRenders
+) -> None:
+    """Store the renders of the histories called since the last release (their next turn starts
+    from them), then drop every conversation's decoded history, request fragments and element
+    digests (all caches: the next turn reads them back from SQLite), what idle conversations
+    remember of their clients and the call log of its last calls, then tidy up, which hands the
+    memory back."""
+    await renders.save_all(store)
     forgotten = supervisors.forget_idle()
     await call_log.forget()
     try:

@@ -21,6 +21,7 @@ import trio
 from byok.model.messages import Message
 from byok.model.usage import Usage
 from byok.store.records import BlobEdge, Head, LlmCallRecord, RunRecord, RunStatus
+from byok.store.rendered_prefixes import StoredRender
 from byok.store.sqlite_store import SQLiteStore
 
 P = ParamSpec("P")
@@ -144,6 +145,26 @@ class AsyncStore:
 
     async def root_ids_at(self, revision_id: int | None) -> dict[bytes, bytes]:
         return await self.call(SQLiteStore.root_ids_at, revision_id)
+
+    async def rendered_prefix(self, conversation_id: str, render_key: bytes) -> StoredRender | None:
+        return await self.call(SQLiteStore.rendered_prefix, conversation_id, render_key)
+
+    async def save_rendered_prefix(
+        self,
+        conversation_id: str,
+        render_key: bytes,
+        message_count: int,
+        messages_sha256: bytes,
+        texts: Sequence[bytes],
+    ) -> bool:
+        return await self.call(
+            SQLiteStore.save_rendered_prefix,
+            conversation_id,
+            render_key,
+            message_count,
+            messages_sha256,
+            texts,
+        )
 
     async def run(self, request_id: str) -> RunRecord | None:
         return await self.call(SQLiteStore.run, request_id)

@@ -21,6 +21,9 @@ DEFAULT_CACHE_BYTES = 32 * 2**20
 def message_size(message: Message) -> int:
     """Approximate bytes a decoded message holds (its strings plus object overhead): what the
     history cache budget counts."""
+    stored = message.stored_size
+    if stored is not None:  # not decoded yet: its row's bytes
+        return 200 + stored
     size = 400 + len(message.text) + len(message.thinking)
     if message.replay is not None:
         size += len(message.replay.data)

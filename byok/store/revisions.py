@@ -7,6 +7,8 @@ Functions take a connection already inside the right transaction; SQLiteStore ow
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
+from typing import Any
 
 from byok.model.messages import Message
 from byok.store.errors import StaleRevision, StoreError
@@ -91,6 +93,7 @@ def read_history(conn: sqlite3.Connection, revision_id: int) -> tuple[Message, .
     count = message_count(conn, revision_id)
     cursor = conn.execute(_HISTORY_SQL, (revision_id,))
     out: list[Message] = []
+    one: Callable[[Any, Any], Any] = {}.setdefault  # one string per distinct id (Message._from_obj)
     # In batches: a history's rows, their joined text and its parse are alive together only one
     # batch at a time (decoded whole, 5,000 messages peaked at 21 MiB for a 7 MiB result).
     while rows := cursor.fetchmany(_DECODE_BATCH):
@@ -100,8 +103,9 @@ def read_history(conn: sqlite3.Connection, revision_id: int) -> tuple[Message, .
         if any(row[0] != first + i for i, row in enumerate(rows)):
             raise StoreError(f"revision {revision_id} is corrupt: expected {count} messages in order")
         # The row's key is SHA-256 of these very bytes: a checkpoint need not re-encode the
-        # whole history (and keep a second copy of it) just to learn the ids.
-        out += Message.decode_many([(message_id, data) for _, message_id, data in rows])
+        # whole history (and keep a second copy of it) just to learn the ids. Each message is
+        # decoded when first read (Message.stored).
+        out += [Message.stored(message_id, data, one) for _, message_id, data in rows]
     if len(out) != count:
         raise StoreError(f"revision {revision_id} is corrupt: expected {count} messages in order")
     return tuple(out)

@@ -13,10 +13,10 @@ import os
 import sqlite3
 from pathlib import Path
 
-from byok.store import call_bodies, lineage, root_ids
+from byok.store import call_bodies, lineage, rendered_prefixes, root_ids
 from byok.store.errors import StoreError
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 # Usage columns shared by runs and llm_calls; NULL input_tokens means "no usage reported".
 USAGE_COLUMNS = (
@@ -144,7 +144,15 @@ _V2: tuple[str, ...] = (
     "CREATE INDEX llm_calls_by_conversation ON llm_calls(conversation_id, id)",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, lineage.V3, call_bodies.V4, root_ids.V5, call_bodies.V6)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    _V1,
+    _V2,
+    lineage.V3,
+    call_bodies.V4,
+    root_ids.V5,
+    call_bodies.V6,
+    rendered_prefixes.V7,
+)
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 

@@ -21,11 +21,13 @@ from byok.model.messages import Message
 from byok.model.usage import Usage
 from byok.store import blobs as _blobs
 from byok.store import lineage, revisions, schema
+from byok.store import rendered_prefixes as _rendered
 from byok.store import root_ids as _root_ids
 from byok.store import runs as _runs
 from byok.store.errors import StoreError
 from byok.store.history_cache import DEFAULT_CACHE_BYTES, HistoryCache
 from byok.store.records import BlobEdge, ComparedPrefix, Head, LlmCallRecord, RunRecord, RunStatus
+from byok.store.rendered_prefixes import StoredRender
 
 log = logging.getLogger("byok.store")
 
@@ -277,6 +279,26 @@ class SQLiteStore:
         """Saved root ids of the history at ``revision_id``, by message id."""
         with self._transaction(write=False) as conn:
             return _root_ids.at_revision(conn, revision_id)
+
+    def rendered_prefix(self, conversation_id: str, render_key: bytes) -> StoredRender | None:
+        with self._transaction(write=False) as conn:
+            return _rendered.load(conn, conversation_id, render_key)
+
+    def save_rendered_prefix(
+        self,
+        conversation_id: str,
+        render_key: bytes,
+        message_count: int,
+        messages_sha256: bytes,
+        texts: Sequence[bytes],
+    ) -> bool:
+        """Keep ``texts`` as the render of the conversation's first ``message_count`` messages;
+        False (nothing written) when the row already holds that render of those messages."""
+        with self._transaction(write=True) as conn:
+            if _rendered.saved(conn, conversation_id, render_key) == (message_count, messages_sha256):
+                return False
+            _rendered.save(conn, conversation_id, render_key, message_count, messages_sha256, texts)
+            return True
 
     def wal_bytes(self) -> int:
         """The size of the WAL file: roughly what a checkpoint would copy (schema's

@@ -133,32 +133,6 @@ def test_canonical_json_sorts_nested_keys() -> None:
     )
 
 
-@given(st.lists(any_messages, max_size=8))
-def test_decode_many_is_decode_of_each(messages: list[Message]) -> None:
-    # Each row's key is deliberately not the SHA-256 of its data, so only a message that keeps
-    # the stored key (rather than hashing its encoding again) gives it back as its id.
-    rows = [(b"k" * 31 + bytes([n]), m.encode()) for n, m in enumerate(messages)]
-    assert all(key != m.id for (key, _), m in zip(rows, messages, strict=True))
-    got = Message.decode_many(rows)
-    assert got == tuple(Message.decode(data, id=key) for key, data in rows) == tuple(messages)
-    assert [m.id for m in got] == [key for key, _ in rows]  # the stored key, not recomputed
-
-
-@pytest.mark.parametrize(
-    "bad",
-    [b"", b"[1]", b'{"role":"user","origin":"user"},{"role":"user","origin":"user"}', b"{", b"\xff"],
-    ids=["empty", "not-an-object", "two-objects", "truncated", "not-utf8"],
-)
-def test_decode_many_fails_on_a_bad_row_as_decode_does(bad: bytes) -> None:
-    good = Message(role="user", origin="user", text="hi")
-    rows = [(good.id, good.encode()), (b"x" * 32, bad)]
-    with pytest.raises(Exception) as many:
-        Message.decode_many(rows)
-    with pytest.raises(Exception) as one:
-        Message.decode(bad)
-    assert type(many.value) is type(one.value)
-
-
 def _round(n: int) -> list[Message]:
     calls = tuple(ToolCall(f"call-{n}-{k}", "Read", "{}", k) for k in range(2))
     head = Message(
@@ -183,11 +157,12 @@ def _round(n: int) -> list[Message]:
     return [head, *results]
 
 
-def test_messages_decoded_together_share_their_repeated_strings() -> None:
-    # json.loads makes a new string object for every value; a history decoded whole keeps one
+def test_messages_read_together_share_their_repeated_strings() -> None:
+    # json.loads makes a new string object for every value; rows read together keep one
     # per distinct id (a round's id recurs in each result, a call id in its result).
     stored = _round(1) + _round(2)
-    got = Message.decode_many([(m.id, m.encode()) for m in stored])
+    one: dict = {}
+    got = tuple(Message.stored(m.id, m.encode(), one.setdefault) for m in stored)
     assert got == tuple(stored)
     head, first, second = got[:3]
     assert first.tool_round_id is head.tool_round_id and second.tool_round_id is head.tool_round_id
@@ -206,9 +181,11 @@ def test_decoding_keeps_values_of_the_wrong_type_as_they_are() -> None:
     m = Message.decode(data)
     assert (m.role, m.tool_round_id, m.tool_name) == (7, ["x"], {"a": 1})
     assert not m.decodes_to_itself()
+    s = Message.stored(b"k" * 32, data)
+    assert (s.role, s.tool_round_id, s.tool_name) == (7, ["x"], {"a": 1})
 
 
-def test_a_decoded_and_projected_message_holds_no_memo_dict() -> None:
+def test_a_stored_and_projected_message_holds_no_memo_dict() -> None:
     # Its id and history item have slots of their own; the dict is for the rarer memos.
     from byok.model.projection import project
 
@@ -217,9 +194,44 @@ def test_a_decoded_and_projected_message_holds_no_memo_dict() -> None:
         *_round(1),
         Message(role="assistant", origin="assistant", text="a"),
     ]
-    got = Message.decode_many([(m.id, m.encode()) for m in stored])
+    one: dict = {}
+    got = tuple(Message.stored(m.id, m.encode(), one.setdefault) for m in stored)
     project(got)
     assert [m._memo is None for m in got] == [True] * (len(got) - 1) + [False]  # the last holds the prefix
     assert all(
         m._id is not None and m._item is not None for m in got if m.role != "assistant" or not m.tool_calls
     )
+
+
+@given(st.lists(any_messages, max_size=8))
+def test_a_stored_message_reads_back_as_the_message_it_encodes(messages: list[Message]) -> None:
+    one: dict = {}
+    stored = [Message.stored(m.id, m.encode(), one.setdefault) for m in messages]
+    for m, s in zip(messages, stored, strict=True):
+        assert s.stored_size == len(m.encode())
+        assert s.encode() == m.encode() and s.id == m.id  # neither decodes the row
+        assert s.stored_size is not None
+        fields = attrs.filters.include(*[f for f in attrs.fields(Message) if f.init])
+        assert s == m and attrs.asdict(s, filter=fields) == attrs.asdict(m, filter=fields)
+        assert s.stored_size is None and s.encode() == m.encode()
+        assert attrs.evolve(s, text="x") == attrs.evolve(m, text="x")
+
+
+def test_a_stored_message_decodes_on_its_first_field_read_only() -> None:
+    m = Message(role="tool", origin="tool", text="out", tool_call_id="c1", tool_round_id="r1")
+    s = Message.stored(m.id, m.encode())
+    assert s.stored_size is not None
+    assert s.memo_get("anything") is None and s.id == m.id  # memos and the id: no decode
+    assert s.tool_call_id == "c1" and s.stored_size is None
+    with pytest.raises(AttributeError, match="no attribute 'nonexistent'"):
+        s.nonexistent  # noqa: B018
+    with pytest.raises(AttributeError):
+        Message(role="user", origin="user").nonexistent  # noqa: B018
+
+
+def test_a_stored_row_that_is_not_a_message_fails_when_read_not_when_loaded() -> None:
+    s = Message.stored(b"\x00" * 32, b'{"role": ')
+    with pytest.raises(ValueError):
+        s.text  # noqa: B018
+    with pytest.raises(ValueError):  # still undecoded: fails the same way again
+        s.role  # noqa: B018

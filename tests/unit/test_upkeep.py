@@ -7,15 +7,21 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 import trio.testing
 
 from byok.model.messages import Message
+from byok.model.projection import project
+from byok.model.request import ModelRequest, ModelSettings
 from byok.providers import rendering
+from byok.providers.adapters import adapter_for
+from byok.providers.kinds import OPENAI_CHAT
 from byok.run import call_meter
 from byok.run.call_log import CallLog
 from byok.run.conversation import ActiveRun, Supervisors
+from byok.run.stored_render import MIN_MESSAGES, StoredRenders, render_key
 from byok.run.upkeep import (
     RunActivity,
     between_runs,
@@ -182,7 +188,9 @@ async def test_the_wal_is_checkpointed_while_every_active_run_waits_on_its_provi
 
 async def test_an_idle_release_drops_the_shared_caches_and_loses_nothing(tmp_path: Path) -> None:
     async with await AsyncStore.open(tmp_path / "data") as store:
-        messages = [Message(role="user", origin="user", text=f"question {i}" * 50) for i in range(20)]
+        messages = [
+            Message(role="user", origin="user", text=f"question {i}" * 50) for i in range(MIN_MESSAGES)
+        ]
         await store.append("c", 0, messages, 1)
         history = (await store.head("c")).messages
         assert await store.call(lambda s: s.cached_bytes) > 0
@@ -199,7 +207,11 @@ async def test_an_idle_release_drops_the_shared_caches_and_loses_nothing(tmp_pat
         call_log = CallLog(store)
         call_log.submit(LlmCallRecord("r", "c", "p", "m", b'{"messages":[{"role":"user"}]}', "", "", "ok", 1))
         await call_log.flush()
-        await release_caches(store, supervisors, call_log)
+        renders = StoredRenders()
+        chat = adapter_for(OPENAI_CHAT)
+        request = ModelRequest(system="s", tools=(), history=(), settings=ModelSettings("m"))
+        renders.called("c", chat, request)
+        await release_caches(store, supervisors, call_log, renders)
         assert await call_log.forget() == 0  # the release emptied it
 
         assert len(supervisors) == 1 and supervisors.get("busy") is busy  # never a running one
@@ -209,6 +221,12 @@ async def test_an_idle_release_drops_the_shared_caches_and_loses_nothing(tmp_pat
         assert len(call_meter.ELEMENT_DIGESTS) == 0
         again = (await store.head("c")).messages  # read back from SQLite
         assert again == history and again[0] is not history[0]
+        # The history's render was stored first, for the next turn to start from.
+        assert chat.prefix_texts is not None
+        key, texts = chat.prefix_texts(attrs.evolve(request, history=project(history)))
+        stored = await store.rendered_prefix("c", render_key(key))
+        assert stored is not None and stored.message_count == MIN_MESSAGES and stored.texts == tuple(texts)
+        assert await renders.save_all(store) == 0  # nothing called since
 
 
 async def test_until_quiet_waits_for_the_last_active_run_or_gives_up(

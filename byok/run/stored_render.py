@@ -1,0 +1,129 @@
+"""A long history's render, kept across restarts and the release of the caches.
+
+After a restart (or once the idle daemon released its caches) the first call of a conversation
+read its whole history back, decoded it, projected it and rendered it: ~0.1-0.15 s at 5,000
+messages, before the request could go out. Now the history's first messages come from the store
+undecoded (Message.stored), and a stored render of them (store/rendered_prefixes.py) stands for
+their projection (RenderedPrefix): only the messages after it are decoded, projected and rendered.
+
+A render is saved when the caches are released and at shutdown, for each conversation called
+since, by the adapter of its last call (Chat and Responses; Anthropic merges messages and renders
+its history whole). A daemon killed before that loses only the speed: its histories render from
+scratch once. A stored render is used only when the history's first messages have exactly the
+ids it was made of, and when it was made by this very rendering code (its key includes a digest
+of the modules that render): an upgrade never mixes two formats in one body.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+import logging
+from collections.abc import Hashable
+from pathlib import Path
+
+import attrs
+
+from byok.model.messages import Message
+from byok.model.projection import final_prefix, projected_count, start_from
+from byok.model.request import ModelRequest, RenderedPrefix
+from byok.providers.adapters import Adapter
+from byok.store import AsyncStore, StoreError
+from byok.store.rendered_prefixes import messages_digest
+
+log = logging.getLogger("byok.render")
+
+# Below this many messages a history renders from scratch in about a millisecond: no store trip.
+MIN_MESSAGES = 64
+
+# The modules whose code decides the texts a history renders to.
+_RENDERING_MODULES = (
+    "byok.model.messages",
+    "byok.model.projection",
+    "byok.model.request",
+    "byok.providers.rendering",
+    "byok.providers.replay",
+    "byok.providers.openai_chat_request",
+    "byok.providers.openai_responses_request",
+)
+
+
+@functools.cache
+def _code_digest() -> bytes:
+    digest = hashlib.sha256()
+    for name in _RENDERING_MODULES:
+        source = importlib.import_module(name).__file__
+        assert source is not None
+        digest.update(Path(source).read_bytes())
+    return digest.digest()
+
+
+def render_key(key: Hashable) -> bytes:
+    """The stored form of an adapter's prefix key (kind, and what its texts depend on)."""
+    return hashlib.sha256(_code_digest() + repr(key).encode()).digest()
+
+
+def _template(request: ModelRequest) -> ModelRequest:
+    return attrs.evolve(request, history=())
+
+
+async def start_from_stored(
+    store: AsyncStore,
+    conversation_id: str,
+    messages: tuple[Message, ...],
+    adapter: Adapter,
+    request: ModelRequest,
+) -> bool:
+    """Before ``messages`` are projected for a call by ``adapter`` (``request``: the call's, its
+    history aside): when this process has not projected them and a stored render of their first
+    messages matches, make it their projection's start. True when it did."""
+    if adapter.prefix_texts is None or len(messages) < MIN_MESSAGES or projected_count(messages):
+        return False
+    key, _ = adapter.prefix_texts(_template(request))
+    stored = await store.rendered_prefix(conversation_id, render_key(key))
+    if stored is None or not 0 < stored.message_count <= len(messages):
+        return False
+    covered = messages[: stored.message_count]
+    if messages_digest(m.id for m in covered) != stored.messages_sha256:
+        return False  # an edit branched before its end
+    start_from(messages, RenderedPrefix(key, stored.texts, covered, sum(map(len, stored.texts))))
+    log.debug("conversation %s: its first %d messages from their stored render", conversation_id, len(covered))
+    return True
+
+
+@attrs.define
+class StoredRenders:
+    """The conversations called since the last save, with their last call's adapter and request
+    (its history aside): what the next save renders and stores."""
+
+    _pending: dict[str, tuple[Adapter, ModelRequest]] = attrs.Factory(dict)
+
+    def called(self, conversation_id: str, adapter: Adapter, request: ModelRequest) -> None:
+        if adapter.prefix_texts is not None:
+            self._pending[conversation_id] = (adapter, _template(request))
+        else:
+            self._pending.pop(conversation_id, None)
+
+    async def save_all(self, store: AsyncStore) -> int:
+        """Store the render of each pending conversation's final prefix (the messages no later
+        one can change); returns how many rows were written."""
+        pending, self._pending = self._pending, {}
+        written = 0
+        for conversation_id, (adapter, template) in pending.items():
+            try:
+                written += await _save(store, conversation_id, adapter, template)
+            except StoreError as e:
+                log.warning("could not store the render of conversation %s: %s", conversation_id, e)
+        return written
+
+
+async def _save(store: AsyncStore, conversation_id: str, adapter: Adapter, template: ModelRequest) -> bool:
+    assert adapter.prefix_texts is not None
+    messages = (await store.head(conversation_id)).messages
+    count, items = final_prefix(messages)
+    if count < MIN_MESSAGES:
+        return False
+    key, texts = adapter.prefix_texts(attrs.evolve(template, history=items))
+    digest = messages_digest(m.id for m in messages[:count])
+    return await store.save_rendered_prefix(conversation_id, render_key(key), count, digest, texts)
