@@ -84,11 +84,12 @@ async def start_from_stored(
     stored = await store.rendered_prefix(conversation_id, render_key(key))
     if stored is None or not 0 < stored.message_count <= len(messages):
         return False
-    covered = messages[: stored.message_count]
+    count = stored.message_count
+    covered = messages[:count]
     if messages_digest(m.id for m in covered) != stored.messages_sha256:
         return False  # an edit branched before its end
     start_from(messages, RenderedPrefix(key, stored.texts, covered, sum(map(len, stored.texts))))
-    log.debug("conversation %s: its first %d messages from their stored render", conversation_id, len(covered))
+    log.debug("conversation %s: its first %d messages from their stored render", conversation_id, count)
     return True
 
 

@@ -30,6 +30,9 @@ V7: tuple[str, ...] = (
 )
 
 
+_PIECE = 256  # texts written at a time
+
+
 @attrs.frozen
 class StoredRender:
     message_count: int
@@ -51,12 +54,18 @@ def save(
     texts: Sequence[bytes],
 ) -> None:
     lengths = struct.pack(f"<{len(texts)}I", *map(len, texts))
-    conn.execute(
+    # Written into a zeroblob in pieces, not bound whole: sqlite3 keeps a statement's last bound
+    # values until it runs again, and a 5.7 MB one stayed resident (+5.3 MiB RSS, measured).
+    cur = conn.execute(
         "INSERT OR REPLACE INTO rendered_prefixes"
         " (conversation_id, render_key, message_count, messages_sha256, lengths, texts)"
-        " VALUES (?, ?, ?, ?, ?, ?)",
-        (conversation_id, render_key, message_count, messages_sha256, lengths, b"".join(texts)),
+        " VALUES (?, ?, ?, ?, ?, zeroblob(?))",
+        (conversation_id, render_key, message_count, messages_sha256, lengths, sum(map(len, texts))),
     )
+    assert cur.lastrowid is not None
+    with conn.blobopen("rendered_prefixes", "texts", cur.lastrowid) as blob:
+        for start in range(0, len(texts), _PIECE):
+            blob.write(b"".join(texts[start : start + _PIECE]))
 
 
 def load(conn: sqlite3.Connection, conversation_id: str, render_key: bytes) -> StoredRender | None:

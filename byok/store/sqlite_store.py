@@ -100,8 +100,11 @@ class SQLiteStore:
         return messages
 
     def forget_cached(self) -> None:
-        """Drop every decoded history (the next read decodes from SQLite again)."""
+        """Drop every decoded history (the next read decodes from SQLite again), and SQLite's own
+        page cache (up to 2 MiB; a stored render passes through it)."""
         self._cache.clear()
+        if self._conn is not None:
+            self._conn.execute("PRAGMA shrink_memory")
 
     @property
     def cached_bytes(self) -> int:

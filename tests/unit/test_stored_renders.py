@@ -1,0 +1,74 @@
+"""A conversation's stored render: written and read back (store/rendered_prefixes.py), and used
+only for the messages it was made of (run/stored_render.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import attrs
+
+from byok.model.messages import Message
+from byok.model.projection import project, projected_count
+from byok.model.request import ModelRequest, ModelSettings
+from byok.providers.adapters import adapter_for
+from byok.providers.kinds import ANTHROPIC, OPENAI_CHAT
+from byok.run.stored_render import MIN_MESSAGES, StoredRenders, start_from_stored
+from byok.store import AsyncStore, SQLiteStore
+from byok.store.rendered_prefixes import messages_digest
+
+KEY = b"k" * 32
+TEXTS = (b'{"role":"system","content":"s"}', b"", "é".encode() * 300, b'{"role":"user"}' * 40)
+
+
+def test_a_stored_render_reads_back_as_written_and_is_replaced_only_when_it_changed(tmp_path: Path) -> None:
+    with SQLiteStore.open_in(tmp_path) as store:
+        assert store.rendered_prefix("c", KEY) is None
+        digest = messages_digest([b"a" * 32, b"b" * 32])
+        assert store.save_rendered_prefix("c", KEY, 2, digest, TEXTS)
+        stored = store.rendered_prefix("c", KEY)
+        assert stored is not None and (stored.message_count, stored.messages_sha256) == (2, digest)
+        assert stored.texts == TEXTS and all(type(t) is bytes for t in stored.texts)
+        assert not store.save_rendered_prefix("c", KEY, 2, digest, TEXTS)  # the same: not written
+        assert store.rendered_prefix("other", KEY) is None and store.rendered_prefix("c", b"x" * 32) is None
+        longer = messages_digest([b"a" * 32, b"b" * 32, b"c" * 32])
+        assert store.save_rendered_prefix("c", KEY, 3, longer, TEXTS[:2])
+        again = store.rendered_prefix("c", KEY)
+        assert again is not None and again.message_count == 3 and again.texts == TEXTS[:2]
+
+
+def test_a_row_whose_lengths_do_not_add_up_is_not_used(tmp_path: Path) -> None:
+    with SQLiteStore.open_in(tmp_path) as store:
+        store.save_rendered_prefix("c", KEY, 2, b"d" * 32, TEXTS)
+        assert store._conn is not None
+        store._conn.execute("UPDATE rendered_prefixes SET lengths = substr(lengths, 1, 4)")
+        assert store.rendered_prefix("c", KEY) is None
+        store._conn.execute("UPDATE rendered_prefixes SET lengths = x'010203'")
+        assert store.rendered_prefix("c", KEY) is None
+
+
+async def test_a_stored_render_is_used_only_for_the_messages_it_was_made_of(tmp_path: Path) -> None:
+    chat = adapter_for(OPENAI_CHAT)
+    assert chat.prefix_texts is not None
+    template = ModelRequest(system="s", tools=(), history=(), settings=ModelSettings("m"))
+    history = [Message(role="user", origin="user", text=f"q{i}") for i in range(MIN_MESSAGES + 1)]
+    async with await AsyncStore.open(tmp_path / "data") as store:
+        await store.append("c", 0, history, 1)
+        renders = StoredRenders()
+        renders.called("c", chat, template)
+        assert await renders.save_all(store) == 1
+
+        def read_back(messages: list[Message]) -> tuple[Message, ...]:
+            return tuple(Message.stored(m.id, m.encode()) for m in messages)
+
+        edited = [*history[:-1], Message(role="user", origin="user", text="edited")]
+        for other in (edited, history[:-1]):  # an edit before its end; a shorter history
+            back = read_back(other)
+            assert not await start_from_stored(store, "c", back, chat, template)
+            assert projected_count(back) == 0
+        back = read_back([*history, Message(role="user", origin="user", text="next")])
+        assert not await start_from_stored(store, "c", back, adapter_for(ANTHROPIC), template)  # no key
+        assert await start_from_stored(store, "c", back, chat, template)
+        assert projected_count(back) == MIN_MESSAGES + 1
+        assert not await start_from_stored(store, "c", back, chat, template)  # already projected here
+        want = chat.render(attrs.evolve(template, history=project([*history, back[-1]]))).body
+        assert chat.render(attrs.evolve(template, history=project(back))).body == want
