@@ -29,9 +29,9 @@ class Adapter:
     new_parser: Callable[[], StreamParser]
     path: str  # appended to the configured base URL
     auth: Callable[[str | None], tuple[tuple[str, str], ...]]
-    # The history's element texts and their key, for a stored render (RenderedPrefix); None for
-    # an adapter that renders its history as a whole (Anthropic merges messages).
-    prefix_texts: Callable[[ModelRequest], tuple[Hashable, list[bytes]]] | None = None
+    # The history's element texts and the key they are kept under (a stored render's:
+    # RenderedPrefix).
+    prefix_texts: Callable[[ModelRequest], tuple[Hashable, list[bytes]]]
 
     def endpoint(
         self, base_url: str, api_key: str | None, headers: tuple[tuple[str, str], ...] = ()
@@ -70,7 +70,7 @@ ADAPTERS: dict[str, Adapter] = {
                 openai_responses_stream.ResponsesStreamParser, "/responses", _bearer,
                 openai_responses_request.prefix_texts),
         Adapter(ANTHROPIC, anthropic_request.render_request, anthropic_stream.AnthropicStreamParser,
-                "/v1/messages", _anthropic_auth),
+                "/v1/messages", _anthropic_auth, anthropic_request.prefix_texts),
     )
 }  # fmt: skip
 

@@ -8,15 +8,16 @@ sequence as ``ReplayState`` (saved by ``anthropic_stream``) and is rebuilt block
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
-from byok.model.messages import ReplayState, ToolCall
+from byok.model.messages import Message, ReplayState, ToolCall
 from byok.model.projection import expanded
 from byok.model.request import (
     AssistantTurn,
     HistoryItem,
     ModelRequest,
+    RenderedPrefix,
     RenderedRequest,
     ToolResultTurn,
     ToolSpec,
@@ -56,22 +57,7 @@ def render_request(req: ModelRequest) -> RenderedRequest:
     Each merged group's message text is cached, keyed by the group's items.
     """
     s = req.settings
-    # A stored render stands for items of other adapters only (a merge may rewrite the last
-    # message of this one's): its messages are rendered here.
-    history = expanded(req.history)
-    done, messages, size = rendered_prefix(ANTHROPIC, history)
-    last: tuple[int, int, int] | None = None  # where the last message starts: its first item,
-    # the messages and bytes before it
-    for start, group in _groups(history, done):
-        last = (start, len(messages), size)
-        (text,) = cached((ANTHROPIC, group), _render, group)
-        messages.append(text)
-        size += len(text)
-    if last is not None:
-        # A later item may still join the last message, so what is final ends where it starts;
-        # that a message starts there is known only while the item there is the same one.
-        start, count, kept_size = last
-        keep_prefix(ANTHROPIC, history[: start + 1], start, messages[:count], kept_size)
+    _key, messages = prefix_texts(req)
     body: dict[str, Any] = {
         "model": s.upstream_model,
         "max_tokens": s.max_output_tokens if s.max_output_tokens is not None else DEFAULT_MAX_TOKENS,
@@ -86,6 +72,60 @@ def render_request(req: ModelRequest) -> RenderedRequest:
     body["messages"] = SLOT
     tools = place_tools(body, _eager_tool if s.eager_input_streaming else _tool, req.tools)
     return assemble(body, "messages", messages, s.extra_body, tools)
+
+
+def prefix_texts(req: ModelRequest) -> tuple[Hashable, list[bytes]]:
+    """The ``messages`` element texts of ``req``'s history (one per merged message) and the key
+    they are kept under. A stored render's texts (RenderedPrefix) are used as they are only when
+    the history after them starts a message of its own; else its messages are rendered here."""
+    history = req.history
+    done, messages, size = rendered_prefix(ANTHROPIC, history)
+    if not done and history and isinstance(history[0], RenderedPrefix):
+        if history[0].key == ANTHROPIC and _starts_a_message(history[0], history):
+            done, messages, size = 1, list(history[0].texts), history[0].size
+        else:
+            history = expanded(history)
+    last: tuple[int, int, int] | None = None  # where the last message starts: its first item,
+    # the messages and bytes before it
+    for start, group in _groups(history, done):
+        last = (start, len(messages), size)
+        (text,) = cached((ANTHROPIC, group), _render, group)
+        messages.append(text)
+        size += len(text)
+    if last is not None:
+        # A later item may still join the last message, so what is final ends where it starts;
+        # that a message starts there is known only while the item there is the same one.
+        start, count, kept_size = last
+        keep_prefix(ANTHROPIC, history[: start + 1], start, messages[:count], kept_size)
+    return ANTHROPIC, messages
+
+
+def _starts_a_message(prefix: RenderedPrefix, history: tuple[HistoryItem, ...]) -> bool:
+    """Whether the items after ``prefix`` (``history[0]``) begin a message of their own: the
+    first that gives one has the other role than the prefix's last. A stored render holds whole
+    messages, and a merge would rewrite its last."""
+    last = _last_role(prefix.messages)
+    if last is None:
+        return False
+    for _start, group in _groups(history, 1):
+        return _role(group[0]) != last
+    return True
+
+
+def _last_role(messages: tuple[Message, ...]) -> str | None:
+    """The role of the message the last of ``messages`` renders into; None when that takes more
+    than one message to tell (an assistant turn that may give no blocks)."""
+    for m in reversed(messages):
+        if m.role == "system":
+            continue
+        if m.role == "assistant":
+            return "assistant" if m.text or m.tool_calls else None
+        return "user"
+    return None
+
+
+def _role(item: HistoryItem) -> str:
+    return "assistant" if isinstance(item, AssistantTurn) else "user"
 
 
 def _tool(t: ToolSpec) -> dict[str, Any]:

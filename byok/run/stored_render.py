@@ -7,11 +7,10 @@ undecoded (Message.stored), and a stored render of them (store/rendered_prefixes
 their projection (RenderedPrefix): only the messages after it are decoded, projected and rendered.
 
 A render is saved when the caches are released and at shutdown, for each conversation called
-since, by the adapter of its last call (Chat and Responses; Anthropic merges messages and renders
-its history whole). A daemon killed before that loses only the speed: its histories render from
-scratch once. A stored render is used only when the history's first messages have exactly the
-ids it was made of, and when it was made by this very rendering code (its key includes a digest
-of the modules that render): an upgrade never mixes two formats in one body.
+since, by the adapter of its last call. A daemon killed before that loses only the speed: its
+histories render from scratch once. A stored render is used only when the history's first
+messages have exactly the ids it was made of, and when it was made by this very rendering code
+(its key includes a digest of the modules that render): an upgrade never mixes two formats in one body.
 """
 
 from __future__ import annotations
@@ -78,7 +77,7 @@ async def start_from_stored(
     """Before ``messages`` are projected for a call by ``adapter`` (``request``: the call's, its
     history aside): when this process has not projected them and a stored render of their first
     messages matches, make it their projection's start. True when it did."""
-    if adapter.prefix_texts is None or len(messages) < MIN_MESSAGES or projected_count(messages):
+    if len(messages) < MIN_MESSAGES or projected_count(messages):
         return False
     key, _ = adapter.prefix_texts(_template(request))
     stored = await store.rendered_prefix(conversation_id, render_key(key))
@@ -101,10 +100,7 @@ class StoredRenders:
     _pending: dict[str, tuple[Adapter, ModelRequest]] = attrs.Factory(dict)
 
     def called(self, conversation_id: str, adapter: Adapter, request: ModelRequest) -> None:
-        if adapter.prefix_texts is not None:
-            self._pending[conversation_id] = (adapter, _template(request))
-        else:
-            self._pending.pop(conversation_id, None)
+        self._pending[conversation_id] = (adapter, _template(request))
 
     async def save_all(self, store: AsyncStore) -> int:
         """Store the render of each pending conversation's final prefix (the messages no later
@@ -120,7 +116,6 @@ class StoredRenders:
 
 
 async def _save(store: AsyncStore, conversation_id: str, adapter: Adapter, template: ModelRequest) -> bool:
-    assert adapter.prefix_texts is not None
     messages = (await store.head(conversation_id)).messages
     count, items = final_prefix(messages)
     if count < MIN_MESSAGES:

@@ -127,7 +127,7 @@ async def test_5_long_conversation(tmp_path: Path, nursery: trio.Nursery) -> Non
     # After a restart the daemon starts from the render it stored at shutdown (run/stored_render.py),
     # as of the history's last answer; the next turn adds its runtime message.
     count, final_items = final_prefix(messages)  # type: ignore[arg-type]
-    assert adapter.prefix_texts is not None and count == len(messages)  # type: ignore[arg-type]
+    assert count == len(messages)  # type: ignore[arg-type]
     key, texts = adapter.prefix_texts(
         ModelRequest(system=system, tools=tools, history=final_items, settings=settings)
     )

@@ -16,7 +16,7 @@ from byok.devtools.cursor_sim import Transcript, user_turn
 from byok.model.messages import Message
 from byok.store import SQLiteStore
 from tests.integration.conftest import Daemon, start_daemon
-from tests.support.fake_provider import Script, chat_text_script, responses_text_script
+from tests.support.fake_provider import Script, anthropic_text_script, chat_text_script, responses_text_script
 from tests.support.run_driver import wait_run_ended
 
 CONV = "conv-stored-render"
@@ -33,7 +33,8 @@ def _earlier() -> list[Message]:
 
 
 def _script(kind: str, text: str) -> Script:
-    return chat_text_script([text]) if kind == "openai_chat" else responses_text_script([text])
+    scripts = {"openai_chat": chat_text_script, "openai_responses": responses_text_script}
+    return scripts.get(kind, anthropic_text_script)([text])
 
 
 async def _turn(d: Daemon, kind: str, n: int, state: object = None) -> Transcript:
@@ -63,7 +64,7 @@ async def _stored_at_shutdown(data_dir: Path, count: int = EARLIER + 2) -> list[
     return counts
 
 
-@pytest.mark.parametrize("kind", ["openai_chat", "openai_responses"])
+@pytest.mark.parametrize("kind", ["openai_chat", "openai_responses", "anthropic"])
 async def test_the_first_call_after_a_restart_starts_from_the_stored_render(
     tmp_path: Path, nursery: trio.Nursery, caplog: pytest.LogCaptureFixture, kind: str
 ) -> None:
@@ -85,7 +86,7 @@ async def test_the_first_call_after_a_restart_starts_from_the_stored_render(
         await _turn(d2, kind, 2, state=first.checkpoints()[-1])
         (after,) = d2.provider.requests
     assert f"its first {EARLIER + 2} messages from their stored render" in caplog.text
-    array = "messages" if kind == "openai_chat" else "input"
+    array = "input" if kind == "openai_responses" else "messages"
     old, new = before.json[array], after.json[array]
     assert new[: len(old)] == old and len(new) == len(old) + 2
     assert await _stored_at_shutdown(data_dir, EARLIER + 4) == [EARLIER + 4]

@@ -4,6 +4,7 @@ adapter, and the stored messages it covers are never decoded by the adapter that
 
 from __future__ import annotations
 
+import attrs
 import pytest
 
 from byok.model.messages import Message
@@ -45,13 +46,12 @@ def _stored_render(messages: list[Message], kind: str) -> tuple[int, object, tup
     """What the daemon keeps for ``messages`` rendered by ``kind``: (message count, key, texts)."""
     count, items = final_prefix(messages)
     prefix_texts = adapter_for(kind).prefix_texts
-    assert prefix_texts is not None
     key, texts = prefix_texts(_request(items))
     return count, key, tuple(texts)
 
 
 @pytest.mark.parametrize("kind", [OPENAI_CHAT, OPENAI_RESPONSES, ANTHROPIC])
-@pytest.mark.parametrize("stored_kind", [OPENAI_CHAT, OPENAI_RESPONSES])
+@pytest.mark.parametrize("stored_kind", [OPENAI_CHAT, OPENAI_RESPONSES, ANTHROPIC])
 def test_a_stored_render_gives_the_bytes_of_the_whole_history_rendered_again(
     kind: str, stored_kind: str
 ) -> None:
@@ -68,8 +68,8 @@ def test_a_stored_render_gives_the_bytes_of_the_whole_history_rendered_again(
     adapter = adapter_for(kind)
     got = adapter.render(_request(history)).body
     again = adapter.render(_request(project(back))).body  # the next turn: the kept prefix
-    if kind == stored_kind:
-        assert all(m.stored_size is not None for m in back[:count])  # never decoded
+    if kind == stored_kind:  # never decoded (Anthropic reads the last one's role)
+        assert all(m.stored_size is not None for m in back[: count - (kind == ANTHROPIC)])
     rendering.forget_rendered()
     want = adapter.render(_request(project([*_history(3), user("next question")]))).body
     assert got == want and again == want
@@ -100,3 +100,26 @@ def test_a_stored_render_of_other_messages_is_refused() -> None:
         start_from(back, RenderedPrefix(key, texts, other[:count], 0))
     with pytest.raises(ValueError, match="not of these messages"):
         start_from(back[:3], RenderedPrefix(key, texts, back[:count], 0))
+
+
+@pytest.mark.parametrize(
+    "last",
+    [
+        user("a turn whose call failed"),  # the next user message merges into its message
+        assistant(""),  # gives no message of its own: the roles around it merge
+    ],
+)
+def test_anthropic_renders_the_messages_itself_where_the_next_item_would_join_the_last_message(
+    last: Message,
+) -> None:
+    messages = [*_history(2), last]
+    count, key, texts = _stored_render(messages, ANTHROPIC)
+    later = [*messages, user("next question")]
+    rendering.forget_rendered()
+    back = _read_back(later)
+    start_from(back, RenderedPrefix(key, texts, back[:count], sum(map(len, texts))))
+    adapter = adapter_for(ANTHROPIC)
+    got = adapter.render(_request(project(back))).body
+    rendering.forget_rendered()
+    fresh = [*_history(2), attrs.evolve(last), user("next question")]
+    assert got == adapter.render(_request(project(fresh))).body

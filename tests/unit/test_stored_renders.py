@@ -48,7 +48,6 @@ def test_a_row_whose_lengths_do_not_add_up_is_not_used(tmp_path: Path) -> None:
 
 async def test_a_stored_render_is_used_only_for_the_messages_it_was_made_of(tmp_path: Path) -> None:
     chat = adapter_for(OPENAI_CHAT)
-    assert chat.prefix_texts is not None
     template = ModelRequest(system="s", tools=(), history=(), settings=ModelSettings("m"))
     history = [Message(role="user", origin="user", text=f"q{i}") for i in range(MIN_MESSAGES + 1)]
     async with await AsyncStore.open(tmp_path / "data") as store:
@@ -66,7 +65,9 @@ async def test_a_stored_render_is_used_only_for_the_messages_it_was_made_of(tmp_
             assert not await start_from_stored(store, "c", back, chat, template)
             assert projected_count(back) == 0
         back = read_back([*history, Message(role="user", origin="user", text="next")])
-        assert not await start_from_stored(store, "c", back, adapter_for(ANTHROPIC), template)  # no key
+        assert not await start_from_stored(
+            store, "c", back, adapter_for(ANTHROPIC), template
+        )  # none under its key
         assert await start_from_stored(store, "c", back, chat, template)
         assert projected_count(back) == MIN_MESSAGES + 1
         assert not await start_from_stored(store, "c", back, chat, template)  # already projected here

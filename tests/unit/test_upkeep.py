@@ -222,7 +222,6 @@ async def test_an_idle_release_drops_the_shared_caches_and_loses_nothing(tmp_pat
         again = (await store.head("c")).messages  # read back from SQLite
         assert again == history and again[0] is not history[0]
         # The history's render was stored first, for the next turn to start from.
-        assert chat.prefix_texts is not None
         key, texts = chat.prefix_texts(attrs.evolve(request, history=project(history)))
         stored = await store.rendered_prefix("c", render_key(key))
         assert stored is not None and stored.message_count == MIN_MESSAGES and stored.texts == tuple(texts)
