@@ -38,11 +38,9 @@ from byok.exception_groups import first_except
 from byok.http.connect_envelope import ConnectError, end_stream_error, end_stream_ok
 from byok.loop.model_call import ModelCallResult
 from byok.model.messages import Message
-from byok.model.projection import project
 from byok.model.request import ModelRequest
 from byok.model.usage import Usage
 from byok.pb.agent import v1 as agent
-from byok.providers.adapters import adapter_for
 from byok.run.conversation import ConversationMemory, ConversationSupervisor
 from byok.run.crash import crash_point
 from byok.run.deps import RunDeps
@@ -52,7 +50,6 @@ from byok.run.kv import KvFailure, KvLink
 from byok.run.provider_call import ProviderCallFailed, call_model, model_settings, run_call_context
 from byok.run.slot import RunSlot
 from byok.run.start_point import begin, changed_under_run, ends_with_answer, runtime_message, start_point
-from byok.run.stored_render import start_from_stored
 from byok.run.token_details import token_details
 from byok.run.tool_round import ExecRouter, ToolRound
 from byok.store import RunExists, StaleRevision, StoreError
@@ -405,18 +402,19 @@ class Run:
             raise RunFailed(
                 ConnectError("failed_precondition", f"no API key for provider {self.provider.id!r}: {e}")
             ) from None
-        conversation_id = self.start.conversation_id
-        messages = self._current_head().messages
         template = ModelRequest(
             system=self.assets.system,
             tools=self.tool_specs,
             history=(),
-            settings=model_settings(self.model, self.provider, conversation_id),
+            settings=model_settings(self.model, self.provider, self.start.conversation_id),
         )
-        adapter = adapter_for(self.provider.kind)
-        await start_from_stored(self.deps.store, conversation_id, messages, adapter, template)
-        request = attrs.evolve(template, history=project(messages))
-        self.deps.renders.called(conversation_id, adapter, template)
+        request = await self.deps.renders.request(
+            self.deps.store,
+            self.start.conversation_id,
+            self._current_head().messages,
+            self.provider.kind,
+            template,
+        )
         ctx = run_call_context(
             request_id=self.start.request_id,
             conversation_id=self.start.conversation_id,

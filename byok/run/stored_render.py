@@ -25,9 +25,9 @@ from pathlib import Path
 import attrs
 
 from byok.model.messages import Message
-from byok.model.projection import final_prefix, projected_count, start_from
+from byok.model.projection import final_prefix, project, projected_count, start_from
 from byok.model.request import ModelRequest, RenderedPrefix
-from byok.providers.adapters import Adapter
+from byok.providers.adapters import Adapter, adapter_for
 from byok.store import AsyncStore, StoreError
 from byok.store.rendered_prefixes import messages_digest
 
@@ -101,6 +101,21 @@ class StoredRenders:
 
     def called(self, conversation_id: str, adapter: Adapter, request: ModelRequest) -> None:
         self._pending[conversation_id] = (adapter, _template(request))
+
+    async def request(
+        self,
+        store: AsyncStore,
+        conversation_id: str,
+        messages: tuple[Message, ...],
+        kind: str,
+        template: ModelRequest,
+    ) -> ModelRequest:
+        """A call's request by the adapter of ``kind``: ``template`` with the projection of
+        ``messages``, started from their stored render when this process never projected them."""
+        adapter = adapter_for(kind)
+        await start_from_stored(store, conversation_id, messages, adapter, template)
+        self.called(conversation_id, adapter, template)
+        return attrs.evolve(template, history=project(messages))
 
     async def save_all(self, store: AsyncStore) -> int:
         """Store the render of each pending conversation's final prefix (the messages no later
