@@ -54,6 +54,12 @@ def save(
     texts: Sequence[bytes],
 ) -> None:
     lengths = struct.pack(f"<{len(texts)}I", *map(len, texts))
+    # One row per conversation: its last call's adapter's. Rows under other keys (another
+    # adapter, or an older byok's rendering code, never to be read again) go.
+    conn.execute(
+        "DELETE FROM rendered_prefixes WHERE conversation_id = ? AND render_key != ?",
+        (conversation_id, render_key),
+    )
     # Written into a zeroblob in pieces, not bound whole: sqlite3 keeps a statement's last bound
     # values until it runs again, and a 5.7 MB one stayed resident (+5.3 MiB RSS, measured).
     cur = conn.execute(

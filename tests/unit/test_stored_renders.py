@@ -34,6 +34,11 @@ def test_a_stored_render_reads_back_as_written_and_is_replaced_only_when_it_chan
         assert store.save_rendered_prefix("c", KEY, 3, longer, TEXTS[:2])
         again = store.rendered_prefix("c", KEY)
         assert again is not None and again.message_count == 3 and again.texts == TEXTS[:2]
+        # One row per conversation: another key's (another adapter, a newer byok) replaces it.
+        store.save_rendered_prefix("other", KEY, 2, digest, TEXTS)
+        assert store.save_rendered_prefix("c", b"n" * 32, 3, longer, TEXTS)
+        assert store.rendered_prefix("c", KEY) is None and store.rendered_prefix("c", b"n" * 32) is not None
+        assert store.rendered_prefix("other", KEY) is not None
 
 
 def test_a_row_whose_lengths_do_not_add_up_is_not_used(tmp_path: Path) -> None:
