@@ -6,13 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import attrs
+import pytest
 
 from byok.model.messages import Message
 from byok.model.projection import project, projected_count
 from byok.model.request import ModelRequest, ModelSettings
 from byok.providers.adapters import adapter_for
 from byok.providers.kinds import ANTHROPIC, OPENAI_CHAT
-from byok.run.stored_render import MIN_MESSAGES, StoredRenders, start_from_stored
+from byok.run.stored_render import MIN_MESSAGES, StoredRenders, render_key, start_from_stored
 from byok.store import AsyncStore, SQLiteStore
 from byok.store.rendered_prefixes import messages_digest
 
@@ -78,3 +79,21 @@ async def test_a_stored_render_is_used_only_for_the_messages_it_was_made_of(tmp_
         assert not await start_from_stored(store, "c", back, chat, template)  # already projected here
         want = chat.render(attrs.evolve(template, history=project([*history, back[-1]]))).body
         assert chat.render(attrs.evolve(template, history=project(back))).body == want
+
+
+def test_the_render_key_names_the_adapter_key_and_the_rendering_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    from byok.providers import rendering
+    from byok.run import stored_render
+
+    assert render_key((OPENAI_CHAT, True, "s")) != render_key((OPENAI_CHAT, False, "s"))
+    stored_render._code_digest.cache_clear()
+    try:
+        before = render_key(OPENAI_CHAT)
+        # Code that cannot be read as a file (a zip import) is named by the release instead.
+        monkeypatch.setattr(rendering, "__file__", str(Path("/nonexistent/rendering.py")))
+        stored_render._code_digest.cache_clear()
+        assert render_key(OPENAI_CHAT) != before
+    finally:
+        monkeypatch.undo()
+        stored_render._code_digest.cache_clear()
+    assert render_key(OPENAI_CHAT) == before
