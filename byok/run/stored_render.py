@@ -130,6 +130,8 @@ class StoredRenders:
                 written += await _save(store, conversation_id, adapter, template)
             except StoreError as e:
                 log.warning("could not store the render of conversation %s: %s", conversation_id, e)
+            except Exception:  # a row that does not decode: its next turn will say so; not the upkeep's end
+                log.exception("could not render conversation %s to store it", conversation_id)
         return written
 
 

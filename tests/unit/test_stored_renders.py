@@ -97,3 +97,27 @@ def test_the_render_key_names_the_adapter_key_and_the_rendering_code(monkeypatch
         monkeypatch.undo()
         stored_render._code_digest.cache_clear()
     assert render_key(OPENAI_CHAT) == before
+
+
+async def test_a_history_that_does_not_decode_costs_only_its_own_stored_render(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    chat = adapter_for(OPENAI_CHAT)
+    template = ModelRequest(system="s", tools=(), history=(), settings=ModelSettings("m"))
+    async with await AsyncStore.open(tmp_path / "data") as store:
+        for conversation in ("broken", "fine"):
+            history = [
+                Message(role="user", origin="user", text=f"{conversation} {i}") for i in range(MIN_MESSAGES)
+            ]
+            await store.append(conversation, 0, history, 1)
+        broken = (await store.head("broken")).messages[3].id
+        await store.call(
+            lambda s: s._conn.execute("UPDATE messages SET data = x'7b22' WHERE id = ?", (broken,))
+        )
+        await store.call(SQLiteStore.forget_cached)
+        renders = StoredRenders()
+        renders.called("broken", chat, template)
+        renders.called("fine", chat, template)
+        assert await renders.save_all(store) == 1
+        assert "could not render conversation broken" in caplog.text
+        assert await store.rendered_prefix("fine", render_key(chat.prefix_texts(template)[0])) is not None
