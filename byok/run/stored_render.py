@@ -83,7 +83,11 @@ async def start_from_stored(
     if len(messages) < MIN_MESSAGES or projected_count(messages):
         return False
     key, _ = adapter.prefix_texts(_template(request))
-    stored = await store.rendered_prefix(conversation_id, render_key(key))
+    try:
+        stored = await store.rendered_prefix(conversation_id, render_key(key))
+    except StoreError as e:  # derived data: the history renders from scratch
+        log.warning("could not read the stored render of conversation %s: %s", conversation_id, e)
+        return False
     if stored is None or not 0 < stored.message_count <= len(messages):
         return False
     count = stored.message_count
