@@ -89,7 +89,7 @@ _DECODE_BATCH = 256
 
 
 def read_history(conn: sqlite3.Connection, revision_id: int) -> tuple[Message, ...]:
-    """Decode the whole history at ``revision_id`` from SQLite."""
+    """The whole history at ``revision_id`` from SQLite, each message decoded on its first read."""
     count = message_count(conn, revision_id)
     cursor = conn.execute(_HISTORY_SQL, (revision_id,))
     out: list[Message] = []
