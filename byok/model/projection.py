@@ -44,8 +44,14 @@ def _result(m: Message) -> ToolResultTurn:
 _PREFIX = "projected_prefix"
 
 
+# From this many messages to project, the stored ones are decoded in one JSON parse first.
+_BATCH_DECODE = 64
+
+
 def project(messages: Sequence[Message]) -> tuple[HistoryItem, ...]:
     start, out = _resume(messages)
+    if len(messages) - start >= _BATCH_DECODE:
+        Message.load_stored(messages[start:])
     final_count, final_items = start, len(out)
     n = len(messages)
     i = start

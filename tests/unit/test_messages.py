@@ -235,3 +235,18 @@ def test_a_stored_row_that_is_not_a_message_fails_when_read_not_when_loaded() ->
         s.text  # noqa: B018
     with pytest.raises(ValueError):  # still undecoded: fails the same way again
         s.role  # noqa: B018
+
+
+def test_stored_messages_load_together_in_one_parse_or_each_on_its_own() -> None:
+    one: dict = {}
+    messages = _round(1) + _round(2)
+    stored = [Message.stored(m.id, m.encode(), one.setdefault) for m in messages]
+    Message.load_stored(stored)
+    assert all(s.stored_size is None for s in stored) and stored == messages
+    assert stored[1].tool_round_id is stored[0].tool_round_id  # strings shared as when read one by one
+    bad = [Message.stored(m.id, m.encode()) for m in messages[:2]] + [Message.stored(b"k" * 32, b"[1,")]
+    Message.load_stored(bad)  # the rows do not make one array: left to their own first reads
+    assert all(s.stored_size is not None for s in bad)
+    assert bad[0] == messages[0]
+    with pytest.raises(ValueError):
+        bad[2].role  # noqa: B018
