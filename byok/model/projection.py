@@ -49,7 +49,11 @@ _BATCH_DECODE = 64
 
 
 def project(messages: Sequence[Message]) -> tuple[HistoryItem, ...]:
-    start, out = _resume(messages)
+    return _project(messages, *_resume(messages))
+
+
+def _project(messages: Sequence[Message], start: int, out: list[HistoryItem]) -> tuple[HistoryItem, ...]:
+    """``out`` (the items of the first ``start`` messages) and the items of the rest."""
     if len(messages) - start >= _BATCH_DECODE:
         Message.load_stored(messages[start:])
     final_count, final_items = start, len(out)
@@ -135,7 +139,8 @@ def start_from(messages: Sequence[Message], prefix: RenderedPrefix) -> None:
 def expanded(history: tuple[HistoryItem, ...]) -> tuple[HistoryItem, ...]:
     """``history`` with a leading RenderedPrefix replaced by the items its messages project to."""
     if history and isinstance(history[0], RenderedPrefix):
-        return project(history[0].messages) + history[1:]
+        # From their first message: the memo they carry would give the prefix itself back.
+        return _project(history[0].messages, 0, []) + history[1:]
     return history
 
 

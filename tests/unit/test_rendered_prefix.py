@@ -123,3 +123,23 @@ def test_anthropic_renders_the_messages_itself_where_the_next_item_would_join_th
     rendering.forget_rendered()
     fresh = [*_history(2), attrs.evolve(last), user("next question")]
     assert got == adapter.render(_request(project(fresh))).body
+
+
+@pytest.mark.parametrize("kind", [OPENAI_RESPONSES, ANTHROPIC])
+def test_another_adapter_expands_a_stored_render_the_history_has_not_gone_past(kind: str) -> None:
+    # A resumed tool round after a restart: nothing after the stored render is final yet, so the
+    # projection still starts from it when another adapter renders the history.
+    messages = _history(2)
+    count, key, texts = _stored_render(messages, OPENAI_CHAT)
+    calls = [call("c9-0", 0)]
+    later = [*messages, round_head("r9", calls, text="Again.")]
+    rendering.forget_rendered()
+    back = _read_back(later)
+    start_from(back, RenderedPrefix(key, texts, back[:count], sum(map(len, texts))))
+    assert project(back)[0].__class__ is RenderedPrefix
+    adapter = adapter_for(kind)
+    got = adapter.render(_request(project(back))).body
+    rendering.forget_rendered()
+    assert (
+        got == adapter.render(_request(project([*_history(2), round_head("r9", calls, text="Again.")]))).body
+    )
