@@ -30,8 +30,9 @@ class Adapter:
     path: str  # appended to the configured base URL
     auth: Callable[[str | None], tuple[tuple[str, str], ...]]
     # The history's element texts and the key they are kept under (a stored render's:
-    # RenderedPrefix).
+    # RenderedPrefix), and that key alone.
     prefix_texts: Callable[[ModelRequest], tuple[Hashable, list[bytes]]]
+    prefix_key: Callable[[ModelRequest], Hashable]
 
     def endpoint(
         self, base_url: str, api_key: str | None, headers: tuple[tuple[str, str], ...] = ()
@@ -65,12 +66,14 @@ ADAPTERS: dict[str, Adapter] = {
     a.kind: a
     for a in (
         Adapter(OPENAI_CHAT, openai_chat_request.render_request, openai_chat_stream.ChatStreamParser,
-                "/chat/completions", _bearer, openai_chat_request.prefix_texts),
+                "/chat/completions", _bearer, openai_chat_request.prefix_texts,
+                openai_chat_request.prefix_key),
         Adapter(OPENAI_RESPONSES, openai_responses_request.render_request,
                 openai_responses_stream.ResponsesStreamParser, "/responses", _bearer,
-                openai_responses_request.prefix_texts),
+                openai_responses_request.prefix_texts, openai_responses_request.prefix_key),
         Adapter(ANTHROPIC, anthropic_request.render_request, anthropic_stream.AnthropicStreamParser,
-                "/v1/messages", _anthropic_auth, anthropic_request.prefix_texts),
+                "/v1/messages", _anthropic_auth, anthropic_request.prefix_texts,
+                anthropic_request.prefix_key),
     )
 }  # fmt: skip
 

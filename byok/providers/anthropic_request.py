@@ -12,7 +12,6 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from byok.model.messages import Message, ReplayState, ToolCall
-from byok.model.projection import expanded
 from byok.model.request import (
     AssistantTurn,
     HistoryItem,
@@ -31,7 +30,7 @@ from byok.providers.rendering import (
     dumpb_spliced,
     keep_prefix,
     place_tools,
-    rendered_prefix,
+    render_start,
     schema,
 )
 from byok.providers.replay import saved_list
@@ -74,17 +73,17 @@ def render_request(req: ModelRequest) -> RenderedRequest:
     return assemble(body, "messages", messages, s.extra_body, tools)
 
 
+def prefix_key(req: ModelRequest) -> Hashable:
+    """The ``messages`` element texts depend on the history alone (the system prompt and the
+    cache settings sit outside them)."""
+    return ANTHROPIC
+
+
 def prefix_texts(req: ModelRequest) -> tuple[Hashable, list[bytes]]:
     """The ``messages`` element texts of ``req``'s history (one per merged message) and the key
     they are kept under. A stored render's texts (RenderedPrefix) are used as they are only when
     the history after them starts a message of its own; else its messages are rendered here."""
-    history = req.history
-    done, messages, size = rendered_prefix(ANTHROPIC, history)
-    if not done and history and isinstance(history[0], RenderedPrefix):
-        if history[0].key == ANTHROPIC and _starts_a_message(history[0], history):
-            done, messages, size = 1, list(history[0].texts), history[0].size
-        else:
-            history = expanded(history)
+    history, done, messages, size = render_start(ANTHROPIC, req.history, _starts_a_message)
     last: tuple[int, int, int] | None = None  # where the last message starts: its first item,
     # the messages and bytes before it
     for start, group in _groups(history, done):
@@ -97,7 +96,7 @@ def prefix_texts(req: ModelRequest) -> tuple[Hashable, list[bytes]]:
         # that a message starts there is known only while the item there is the same one.
         start, count, kept_size = last
         keep_prefix(ANTHROPIC, history[: start + 1], start, messages[:count], kept_size)
-    return ANTHROPIC, messages
+    return prefix_key(req), messages
 
 
 def _starts_a_message(prefix: RenderedPrefix, history: tuple[HistoryItem, ...]) -> bool:

@@ -49,12 +49,18 @@ def render_request(req: ModelRequest) -> RenderedRequest:
     return assemble(body, "messages", elements, s.extra_body, tools)
 
 
+def prefix_key(req: ModelRequest) -> Hashable:
+    """What the ``messages`` element texts depend on besides the history: the system message's
+    text and whether reasoning is replayed on tool turns."""
+    return (OPENAI_CHAT, req.settings.replay_reasoning_on_tool_turns, req.system)
+
+
 def prefix_texts(req: ModelRequest) -> tuple[Hashable, list[bytes]]:
     """The ``messages`` element texts of ``req`` (its system message, then its history) and the key
     they are kept under: what a stored render of the history holds (RenderedPrefix)."""
     flag = req.settings.replay_reasoning_on_tool_turns
     system = {"role": "system", "content": req.system}
-    key = (OPENAI_CHAT, flag, req.system)
+    key = prefix_key(req)
     return key, item_texts(
         key,
         req.history,

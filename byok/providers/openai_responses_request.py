@@ -35,12 +35,16 @@ from byok.providers.rendering import (
 from byok.providers.replay import saved_list
 
 
+def prefix_key(req: ModelRequest) -> Hashable:
+    """The ``input`` element texts depend on the history alone."""
+    return OPENAI_RESPONSES
+
+
 def prefix_texts(req: ModelRequest) -> tuple[Hashable, list[bytes]]:
     """The ``input`` element texts of ``req``'s history and the key they are kept under (see
     openai_chat_request.prefix_texts)."""
-    return OPENAI_RESPONSES, item_texts(
-        OPENAI_RESPONSES, req.history, lambda item: cached((OPENAI_RESPONSES, item), _render, item)
-    )
+    key = prefix_key(req)
+    return key, item_texts(key, req.history, lambda item: cached((OPENAI_RESPONSES, item), _render, item))
 
 
 def build_request(req: ModelRequest) -> bytes:

@@ -27,7 +27,7 @@ import attrs
 from byok.model.body import SplicedBody
 from byok.model.messages import SPLICE_MIN, json_string
 from byok.model.projection import expanded
-from byok.model.request import RenderedPrefix, RenderedRequest, ToolSpec
+from byok.model.request import HistoryItem, RenderedPrefix, RenderedRequest, ToolSpec
 from byok.providers.fragment_cache import SizedLru
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
@@ -176,21 +176,34 @@ def keep_prefix(
         total -= 2 * _PREFIXES.pop(oldest).size
 
 
+def render_start(
+    key: Hashable,
+    history: tuple[HistoryItem, ...],
+    fits: Callable[[RenderedPrefix, tuple[HistoryItem, ...]], bool] = lambda _prefix, _history: True,
+) -> tuple[tuple[HistoryItem, ...], int, list[bytes], int]:
+    """``(history, done, texts, size)``: where a render of ``history`` under ``key`` starts. The
+    first ``done`` items render to ``texts`` (``size`` bytes): what the last render under ``key``
+    kept, or a leading stored render of this key as it is (when it ``fits`` what follows it). A
+    stored render of another key, or one that does not fit, is expanded into its items."""
+    done, texts, size = rendered_prefix(key, history)
+    first = history[0] if history else None
+    if not done and isinstance(first, RenderedPrefix):
+        if first.key == key and fits(first, history):
+            return history, 1, list(first.texts), first.size
+        history = expanded(history)
+    return history, done, texts, size
+
+
 def item_texts(
     prefix_key: Hashable,
-    history: tuple[Hashable, ...],
+    history: tuple[HistoryItem, ...],
     texts_of: Callable[[Any], tuple[bytes, ...]],
     head: Callable[[], tuple[bytes, ...]] | None = None,
 ) -> list[bytes]:
     """The element texts of an adapter that renders each history item on its own: ``head()``'s
     (elements before the history's), then ``texts_of(item)`` for each item, starting from what
     the last render under ``prefix_key`` kept (all of it is final)."""
-    done, texts, size = rendered_prefix(prefix_key, history)
-    if not done and history and isinstance(history[0], RenderedPrefix):
-        if history[0].key == prefix_key:  # a stored render of this adapter: its texts as they are
-            done, texts, size = 1, list(history[0].texts), history[0].size
-        else:
-            history = expanded(history)
+    history, done, texts, size = render_start(prefix_key, history)
     if not done and head is not None:
         first = head()
         texts += first

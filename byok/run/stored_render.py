@@ -66,23 +66,19 @@ def render_key(key: Hashable) -> bytes:
     return hashlib.sha256(_code_digest() + repr(key).encode()).digest()
 
 
-def _template(request: ModelRequest) -> ModelRequest:
-    return attrs.evolve(request, history=())
-
-
 async def start_from_stored(
     store: AsyncStore,
     conversation_id: str,
     messages: tuple[Message, ...],
     adapter: Adapter,
-    request: ModelRequest,
+    template: ModelRequest,
 ) -> bool:
-    """Before ``messages`` are projected for a call by ``adapter`` (``request``: the call's, its
-    history aside): when this process has not projected them and a stored render of their first
-    messages matches, make it their projection's start. True when it did."""
+    """Before ``messages`` are projected for a call by ``adapter`` (``template``: the call's
+    request, its history aside): when this process has not projected them and a stored render of
+    their first messages matches, make it their projection's start. True when it did."""
     if len(messages) < MIN_MESSAGES or projected_count(messages):
         return False
-    key, _ = adapter.prefix_texts(_template(request))
+    key = adapter.prefix_key(template)
     try:
         stored = await store.rendered_prefix(conversation_id, render_key(key))
     except StoreError as e:  # derived data: the history renders from scratch
@@ -106,8 +102,9 @@ class StoredRenders:
 
     _pending: dict[str, tuple[Adapter, ModelRequest]] = attrs.Factory(dict)
 
-    def called(self, conversation_id: str, adapter: Adapter, request: ModelRequest) -> None:
-        self._pending[conversation_id] = (adapter, _template(request))
+    def called(self, conversation_id: str, adapter: Adapter, template: ModelRequest) -> None:
+        """``template``: the call's request, its history aside (empty)."""
+        self._pending[conversation_id] = (adapter, template)
 
     async def request(
         self,

@@ -143,3 +143,10 @@ def test_another_adapter_expands_a_stored_render_the_history_has_not_gone_past(k
     assert (
         got == adapter.render(_request(project([*_history(2), round_head("r9", calls, text="Again.")]))).body
     )
+
+
+@pytest.mark.parametrize("kind", [OPENAI_CHAT, OPENAI_RESPONSES, ANTHROPIC])
+def test_an_adapters_prefix_key_is_the_one_its_texts_are_kept_under(kind: str) -> None:
+    adapter = adapter_for(kind)
+    request = _request(project(_history(1)))
+    assert adapter.prefix_key(request) == adapter.prefix_texts(request)[0]
