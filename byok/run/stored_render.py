@@ -20,6 +20,7 @@ import hashlib
 import importlib
 import importlib.metadata
 import logging
+import pkgutil
 from collections.abc import Hashable
 from pathlib import Path
 
@@ -37,22 +38,23 @@ log = logging.getLogger("byok.render")
 # Below this many messages a history renders from scratch in about a millisecond: no store trip.
 MIN_MESSAGES = 64
 
-# The modules whose code decides the texts a history renders to.
-_RENDERING_MODULES = (
-    "byok.model.messages",
-    "byok.model.projection",
-    "byok.model.request",
-    "byok.providers.rendering",
-    "byok.providers.replay",
-    "byok.providers.openai_chat_request",
-    "byok.providers.openai_responses_request",
-)
+# The packages whose code decides the texts a history renders to: every module of them, so a
+# module added to the rendering (or forgotten in a list) can never leave the key unchanged.
+_RENDERING_PACKAGES = ("byok.model", "byok.providers")
+
+
+def _rendering_modules() -> list[str]:
+    names: list[str] = []
+    for package in _RENDERING_PACKAGES:
+        path = importlib.import_module(package).__path__
+        names += sorted(f"{package}.{m.name}" for m in pkgutil.iter_modules(path))
+    return names
 
 
 @functools.cache
 def _code_digest() -> bytes:
     digest = hashlib.sha256()
-    for name in _RENDERING_MODULES:
+    for name in _rendering_modules():
         source = importlib.import_module(name).__file__
         try:
             digest.update(Path(source or name).read_bytes())

@@ -99,6 +99,27 @@ def test_the_render_key_names_the_adapter_key_and_the_rendering_code(monkeypatch
     assert render_key(OPENAI_CHAT) == before
 
 
+@pytest.mark.parametrize(
+    "module", ["byok.providers.anthropic_request", "byok.model.body", "byok.providers.openai_chat_request"]
+)
+def test_every_rendering_module_is_in_the_key(module: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Anthropic's request module was once missing from a hand-written list: an upgrade that
+    changed its texts would have mixed two formats in one body."""
+    import importlib
+
+    from byok.run import stored_render
+
+    stored_render._code_digest.cache_clear()
+    try:
+        before = render_key(OPENAI_CHAT)
+        monkeypatch.setattr(importlib.import_module(module), "__file__", "/nonexistent/changed.py")
+        stored_render._code_digest.cache_clear()
+        assert render_key(OPENAI_CHAT) != before
+    finally:
+        monkeypatch.undo()
+        stored_render._code_digest.cache_clear()
+
+
 async def test_a_history_that_does_not_decode_costs_only_its_own_stored_render(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
