@@ -7,7 +7,8 @@ BYOK_FAULT_SEED / BYOK_FAULT_RUNS override): provider 5xx/429 (retried) and 400 
 retried; after: final), client dropping RunSSE (mid-run or just before the end frame, reconnecting
 in the grace; or past the grace), KV ACK missing or failed, cancel at a random point, preemption
 by a second run of the conversation, tool rounds with late and repeated Exec results, and a
-store that refuses every write from a random point of the run on (a full or read-only disk). On top, any
+store that refuses every write from a random point of the run on (a full or read-only disk), a
+graceful restart of the daemon after a run, and its shutdown in the middle of one. On top, any
 run may post every BidiAppend twice, post appends out of order (a heartbeat at seqno n+1 before
 the message at n), or post its run_request before opening RunSSE.
 
@@ -21,12 +22,18 @@ FakeProvider's recorded requests:
   * every tool result answers an earlier call, at most one result per call;
   * no provider request has a dangling tool call or a duplicated message, and consecutive
     provider requests of a conversation extend each other (prefix property).
+And once, at the end, from the daemon's own call records: every provider call of a conversation
+extends its previous one byte for byte, across the restarts too (where a turn's request starts
+from the history's stored render).
+
+Each client sends the last checkpoint it got with its next run_request, as Cursor does.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import logging
 import os
 import random
 import sqlite3
@@ -41,6 +48,7 @@ import httpx
 import pytest
 import trio
 
+from byok.config import Config
 from byok.config_load import load_config
 from byok.daemon import run_daemon
 from byok.devtools.cursor_sim import RUN_SSE, CursorSim, frame_kind, user_turn
@@ -50,7 +58,7 @@ from byok.http.connect_envelope import FrameDecoder, encode_frame
 from byok.model.messages import Message
 from byok.pb.agent import v1 as agent
 from byok.pb.aiserver import v1 as aiserver
-from byok.store import SQLiteStore
+from byok.store import DB_FILENAME, SQLiteStore
 from tests.integration.conftest import write_config
 from tests.support.fake_provider import (
     FakeProvider,
@@ -68,6 +76,7 @@ CONVERSATIONS = 6
 GRACE_S = 0.25  # reconnect_grace_s
 KV_TIMEOUT_S = 0.3  # kv_ack_timeout_s
 MAX_TRIES = 3  # provider_max_tries
+SHUTDOWN_GRACE_S = 0.1  # shutdown_grace_s: a run still going after it is cancelled
 RUN_TIMEOUT_S = 10.0  # a run still going after this is a hang
 LOOP_BUDGET_S = 120.0 * max(1.0, RUNS / 300)  # the whole loop; 300 runs take ~30-40 s here
 
@@ -77,6 +86,7 @@ max_body_bytes = {MAX_BODY}
 provider_retry_base_s = 0.002
 provider_max_tries = {MAX_TRIES}
 reconnect_grace_s = {GRACE_S}
+shutdown_grace_s = {SHUTDOWN_GRACE_S}
 heartbeat_s = 0.5"""
 
 # fault -> weight. Kept small per run: most runs take tens of milliseconds.
@@ -99,6 +109,8 @@ FAULTS = {
     "cancel": 6,
     "preempt": 4,
     "store_refuses": 3,  # the disk refuses every write after the run's first 0-3: ends ok or internal
+    "restart": 2,  # a turn, then a graceful restart: the next turns start from what the store kept
+    "shutdown_mid_run": 2,  # the daemon stops while the run streams: it finishes in the grace or is cancelled
 }
 OK = "ok"  # the expected-outcome name of EndStream {}
 
@@ -161,6 +173,15 @@ class Client:
     lock: trio.Lock = attrs.Factory(trio.Lock)
     acked: set[bytes] = attrs.Factory(set)
     executor: WorkspaceExecutor | None = None  # its own: exec ids are numbered per request
+    conv: str = ""  # the conversation, set when the request is driven
+    # The daemon may stop during this run: an append it can no longer take is not an error.
+    server_may_stop: bool = False
+    # The daemon this request runs on, even when the harness restarts it meanwhile.
+    sim: CursorSim = attrs.field(init=False)
+    base_url: str = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.sim, self.base_url = self.h.sim, self.h.base_url
 
     def workspace(self) -> WorkspaceExecutor:
         if self.executor is None:
@@ -168,7 +189,13 @@ class Client:
         return self.executor
 
     async def _post(self, seqno: int, msg: agent.AgentClientMessage) -> None:
-        resp = await self.h.sim.append(self.rid, seqno, msg)
+        try:
+            resp = await self.sim.append(self.rid, seqno, msg)
+        except httpx.TransportError as e:
+            if not self.server_may_stop:
+                raise
+            self._note(f"append {seqno} found the daemon gone ({type(e).__name__})")
+            return
         if resp.status_code != 200:
             self.append_errors.append(f"append {seqno} -> HTTP {resp.status_code} {resp.text[:200]}")
 
@@ -216,7 +243,7 @@ class Client:
         self._note("open")
         async with self.h.client.stream(
             "POST",
-            self.h.base_url + RUN_SSE,
+            self.base_url + RUN_SSE,
             content=body,
             headers={"content-type": "application/connect+proto", "connect-protocol-version": "1"},
         ) as resp:
@@ -251,6 +278,8 @@ class Client:
         self.history.append(f"{what}@{trio.current_time() - self.born:.3f}")
 
     async def _handle(self, msg: agent.AgentServerMessage, execs: trio.Nursery) -> None:
+        if msg.conversation_checkpoint_update is not None:
+            self.h.states[self.conv] = msg.conversation_checkpoint_update
         kv = msg.kv_server_message
         if kv is not None:
             await self._kv(kv)
@@ -346,6 +375,46 @@ class Harness:
     final_texts: dict[str, list[str]] = attrs.Factory(dict)  # conversation -> committed answers
     counter: itertools.count[int] = attrs.Factory(itertools.count)
     disk: Disk = attrs.Factory(Disk)
+    daemon: Daemon | None = None
+    # conversation -> the last checkpoint its client got, sent with its next run_request as Cursor
+    # does: after a restart, the daemon learns from it which blobs the client holds.
+    states: dict[str, agent.ConversationStateStructure] = attrs.Factory(dict)
+
+    async def restart(self) -> None:
+        """Stop the daemon gracefully and start it again on the same data dir; requests already
+        started keep the old address."""
+        assert self.daemon is not None
+        await self.daemon.halt()
+        self.base_url = await self.daemon.start()
+        self.sim = CursorSim(self.base_url, self.client)
+
+
+@attrs.define(eq=False)
+class Daemon:
+    """The daemon under test, served from the test's nursery, restartable on its data dir."""
+
+    config: Config
+    nursery: trio.Nursery
+    stop: Callable[[], None] = lambda: None
+    done: trio.Event = attrs.Factory(trio.Event)
+    starts: int = 0
+
+    async def start(self) -> str:
+        done = trio.Event()
+
+        async def serve(task_status: trio.TaskStatus[tuple[str, Callable[[], None]]]) -> None:
+            try:
+                await run_daemon(self.config, task_status=task_status)
+            finally:
+                done.set()
+
+        base_url, self.stop = await self.nursery.start(serve)
+        self.done, self.starts = done, self.starts + 1
+        return base_url
+
+    async def halt(self) -> None:
+        self.stop()
+        await self.done.wait()
 
 
 @attrs.define
@@ -363,7 +432,9 @@ class Expect:
 
 
 def _run_request(h: Harness, conv: str, text: str) -> agent.AgentRunRequest:
-    return user_turn(text, conversation_id=conv, model_id="byok-demo", message_id=f"m{next(h.counter)}")
+    message_id = f"m{next(h.counter)}"
+    state = h.states.get(conv)
+    return user_turn(text, conversation_id=conv, model_id="byok-demo", message_id=message_id, state=state)
 
 
 async def drive(
@@ -380,6 +451,7 @@ async def drive(
 ) -> None:
     """Run one request: RunSSE and the run_request (in either order), an optional task alongside,
     an optional drop of the stream and a reconnect after ``reconnect_after`` seconds."""
+    c.conv = conv
     rr = _run_request(h, conv, text)
     async with trio.open_nursery() as execs:
         async with trio.open_nursery() as n:
@@ -398,7 +470,7 @@ async def drive(
                 await c.start(rr)
             if during is not None:
                 n.start_soon(during)
-        if not ended[0]:
+        if not ended[0] and not c.server_may_stop:  # a stopped daemon's stream has nowhere to reconnect
             await trio.sleep(reconnect_after if reconnect_after is not None else 0.0)
             await c.stream(execs)
         # Late Exec answers still in flight are allowed to land after the end (the server must
@@ -578,6 +650,30 @@ async def run_plan(h: Harness, rng: random.Random, index: int) -> tuple[str, lis
             n.start_soon(lambda: drive(h, first, conv, f"{text} (first)", append_first=False))
             n.start_soon(second)
         return fault, [Expect(first, frozenset({"canceled", OK}), conv, None), expect]
+    elif fault == "restart":
+        p.enqueue(text_script(answer))
+        await drive(h, client, conv, text, append_first=append_first)
+        await h.restart()
+    elif fault == "shutdown_mid_run":
+        words = [f"{tag} w{i} " for i in range(8)]
+        if rng.random() < 0.3:
+            p.enqueue(chat_tool_script([(f"{tag}-c0", "Read", '{"path":"a.txt"}')], delay_s=0.01))
+            client.exec_delay = rng.choice([0.0, 0.05])
+        p.enqueue(text_script(words, delay_s=0.02))
+        expect.final_text = "".join(words)
+        expect.outcomes = frozenset({"canceled", OK})  # OK: it ended within shutdown_grace_s
+        client.server_may_stop = True
+        seen = len(p.requests)
+        delay = rng.uniform(0.0, 0.15)
+
+        async def stop_later() -> None:
+            with trio.fail_after(5):
+                while len(p.requests) == seen:  # the run's provider call is under way
+                    await trio.sleep(0.002)
+            await trio.sleep(delay)
+            await h.restart()
+
+        await drive(h, client, conv, text, append_first=append_first, during=stop_later)
     else:  # pragma: no cover
         raise AssertionError(fault)
     return fault, [expect]
@@ -696,6 +792,30 @@ def check_provider_requests(h: Harness) -> list[str]:
     return errors
 
 
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "from their stored render" in record.getMessage():
+            self.records.append(record)
+
+
+def check_call_records(db: sqlite3.Connection) -> list[str]:
+    """The daemon's own prefix meter, byte for byte over the whole loop and across restarts:
+    every call of a conversation extends its previous one (no run here edits or branches)."""
+    rows = db.execute(
+        "SELECT id, request_id, conversation_id, common_prefix_messages FROM llm_calls "
+        "WHERE prefix_extends = 0 ORDER BY id"
+    ).fetchall()
+    return [
+        f"llm_calls {i} ({rid}, {conv}): does not extend its conversation's previous call "
+        f"({common} messages shared)"
+        for i, rid, conv, common in rows
+    ]
+
+
 def _dangling(messages: list[dict[str, Any]]) -> list[str]:
     out: list[str] = []
     i = 0
@@ -732,7 +852,12 @@ async def test_fault_injection_loop(
     text = text.replace("kv_ack_timeout_s = 5.0\nprovider_retry_base_s = 0.01", SERVER)
     assert SERVER in text
     cfg.write_text(text)
-    base_url, stop = await nursery.start(run_daemon, load_config(cfg, overrides={}))
+    used = _Records()  # the turns that started from a stored render
+    render_log = logging.getLogger("byok.render")
+    monkeypatch.setattr(render_log, "handlers", [*render_log.handlers, used])
+    monkeypatch.setattr(render_log, "level", logging.DEBUG)
+    daemon = Daemon(load_config(cfg, overrides={}), nursery)
+    base_url = await daemon.start()
     root = tmp_path / "ws"
     root.mkdir()
     (root / "a.txt").write_text("alpha\nbeta\n")
@@ -746,7 +871,7 @@ async def test_fault_injection_loop(
     started = time.monotonic()
     async with httpx.AsyncClient(timeout=30) as client:
         with SQLiteStore.open_in(data_dir) as store:
-            h = Harness(base_url, client, CursorSim(base_url, client), provider, root, store)
+            h = Harness(base_url, client, CursorSim(base_url, client), provider, root, store, daemon=daemon)
             h.disk.patch(monkeypatch)
             with trio.fail_after(LOOP_BUDGET_S):
                 for index in range(RUNS):
@@ -766,13 +891,19 @@ async def test_fault_injection_loop(
                         failures += [f"run {index} [{fault}]: {err}" for err in errors]
                     else:
                         ok_runs += 1
-    stop()
+            await daemon.halt()  # its call records are all written now
+    with sqlite3.connect(data_dir / DB_FILENAME) as db:
+        failures += check_call_records(db)
+        renders = db.execute("SELECT count(*) FROM rendered_prefixes").fetchone()[0]
+        compared = db.execute("SELECT count(*) FROM llm_calls WHERE prefix_extends = 1").fetchone()[0]
     elapsed = time.monotonic() - started
     with capsys.disabled():
         print(
             f"\nfault injection: seed {SEED}, {elapsed:.1f}s; faults {dict(sorted(faults.items()))}; "
             f"terminals {dict(sorted(outcomes.items()))}; provider requests {len(provider.requests)} "
-            f"({h.prefix_checks} prefix-checked, {h.tool_requests} carrying tool results)"
+            f"({h.prefix_checks} prefix-checked, {h.tool_requests} carrying tool results); "
+            f"{daemon.starts} daemon starts, {renders} stored renders, {len(used.records)} turns started "
+            f"from one; {compared} calls extend their previous one byte for byte"
         )
         print(f"{RUNS} runs, {ok_runs} ok")
     assert not failures, "\n".join(failures[:40])
