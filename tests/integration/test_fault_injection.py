@@ -31,6 +31,7 @@ Each client sends the last checkpoint it got with its next run_request, as Curso
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import logging
@@ -63,9 +64,13 @@ from tests.integration.conftest import write_config
 from tests.support.fake_provider import (
     FakeProvider,
     Script,
+    anthropic_text_script,
+    anthropic_tool_script,
     chat_text_script,
     chat_tool_script,
     error_script,
+    responses_text_script,
+    responses_tool_script,
     sse,
 )
 from tests.support.store_faults import before_each_write
@@ -145,6 +150,82 @@ class FaultProvider(FakeProvider):
 
 def text_script(texts: list[str], *, delay_s: float = 0.0) -> Script:
     return chat_text_script(texts, delay_s=delay_s)
+
+
+Calls = list[tuple[str, str, str]]
+
+
+@attrs.frozen
+class Kind:
+    """One provider kind under test: the model that names it, its scripts, and where in a text
+    script the first output and the finish are (for cuts before and after them)."""
+
+    name: str
+    model: str
+    finish_marker: bytes  # in the chunk that finishes a text stream (finish, usage, stop)
+
+    def text(self, texts: list[str], *, delay_s: float = 0.0, think: str | None = None) -> Script:
+        if self.name == "anthropic":
+            thinking = [think] if think else []
+            return anthropic_text_script(texts, thinking=thinking, signature=_sig(think), delay_s=delay_s)
+        if self.name == "openai_responses":
+            return responses_text_script(texts, reasoning=[think] if think else [], encrypted=_sig(think),
+                                         delay_s=delay_s)  # fmt: skip
+        return chat_text_script(texts, reasoning=[think] if think else [], delay_s=delay_s)
+
+    def tools(self, calls: Calls, *, delay_s: float = 0.0, think: str | None = None) -> Script:
+        if self.name == "anthropic":
+            thinking = [think] if think else []
+            return anthropic_tool_script(calls, thinking=thinking, signature=_sig(think), delay_s=delay_s)
+        if self.name == "openai_responses":
+            return responses_tool_script(calls, reasoning=[think] if think else [], encrypted=_sig(think),
+                                         delay_s=delay_s)  # fmt: skip
+        return chat_tool_script(calls, delay_s=delay_s)
+
+    def first_output(self, script: Script, texts: list[str]) -> int:
+        """The index of the chunk carrying ``texts[0]`` first: what comes before it shows nothing."""
+        piece = json.dumps(texts[0])[1:-1].encode()
+        return next(i for i, chunk in enumerate(script.chunks) if piece in chunk)
+
+    def finish_at(self, script: Script) -> int:
+        return next(i for i, chunk in enumerate(script.chunks) if self.finish_marker in chunk)
+
+
+def _sig(think: str | None) -> str | None:
+    return None if think is None else f"sig-{think}"
+
+
+# A conversation's kind is fixed: conversation i runs on KINDS[i % 3].
+KINDS = (
+    Kind("openai_chat", "byok-demo", b'"finish_reason":"stop"'),
+    Kind("openai_responses", "byok-responses", b"response.completed"),
+    Kind("anthropic", "byok-anthropic", b"message_delta"),
+)
+MODELS = """
+[[providers]]
+id = "fake-responses"
+kind = "openai_responses"
+base_url = "{url}"
+api_key = "sk-test"
+
+[[providers]]
+id = "fake-anthropic"
+kind = "anthropic"
+base_url = "{url}"
+api_key = "sk-test"
+
+[[models]]
+id = "byok-responses"
+provider = "fake-responses"
+upstream_model = "gpt-test"
+context_tokens = 128000
+
+[[models]]
+id = "byok-anthropic"
+provider = "fake-anthropic"
+upstream_model = "claude-test"
+context_tokens = 128000
+"""
 
 
 # --- one request id, driven by hand --------------------------------------------------------------
@@ -372,6 +453,7 @@ class Harness:
     prefix_checks: int = 0
     tool_requests: int = 0
     last_request_of: dict[str, list[str]] = attrs.Factory(dict)  # conversation -> dumped messages
+    merged_requests: set[str] = attrs.Factory(set)  # SHA-256 of Anthropic bodies that merged their last
     final_texts: dict[str, list[str]] = attrs.Factory(dict)  # conversation -> committed answers
     counter: itertools.count[int] = attrs.Factory(itertools.count)
     disk: Disk = attrs.Factory(Disk)
@@ -434,7 +516,12 @@ class Expect:
 def _run_request(h: Harness, conv: str, text: str) -> agent.AgentRunRequest:
     message_id = f"m{next(h.counter)}"
     state = h.states.get(conv)
-    return user_turn(text, conversation_id=conv, model_id="byok-demo", message_id=message_id, state=state)
+    model = kind_of(conv).model
+    return user_turn(text, conversation_id=conv, model_id=model, message_id=message_id, state=state)
+
+
+def kind_of(conv: str) -> Kind:
+    return KINDS[int(conv.rsplit("-", 1)[1]) % len(KINDS)]
 
 
 async def drive(
@@ -485,6 +572,8 @@ async def drive(
 async def run_plan(h: Harness, rng: random.Random, index: int) -> tuple[str, list[Expect]]:
     fault = rng.choices(list(FAULTS), weights=list(FAULTS.values()))[0]
     conv = f"fi-conv-{rng.randrange(CONVERSATIONS)}"
+    k = kind_of(conv)
+    think = f"{index} thought" if rng.random() < 0.4 else None  # reasoning to replay, when it is kept
     tag = f"r{index}"
     answer = [f"{tag} answer ", f"part {rng.randrange(10**6)}"]
     final_text = "".join(answer)
@@ -500,20 +589,25 @@ async def run_plan(h: Harness, rng: random.Random, index: int) -> tuple[str, lis
     text = f"{tag}: {fault}"
 
     if fault == "ok":
-        p.enqueue(text_script(answer))
+        p.enqueue(k.text(answer, think=think))
         await drive(h, client, conv, text, append_first=append_first)
     elif fault == "tool_round":
         calls = [(f"{tag}-c{i}", "Read", json.dumps({"path": "a.txt"})) for i in range(rng.randint(1, 3))]
         if rng.random() < 0.3:
-            calls.append((f"{tag}-bad", rng.choice(["Nope", "Read"]), "{" if rng.random() < 0.5 else "{}"))
+            # Arguments that are not JSON: a model's slip on the OpenAI kinds (the call gets an
+            # error result), impossible from Anthropic, whose stream would be rejected.
+            broken = rng.random() < 0.5 and k.name != "anthropic"
+            calls.append((f"{tag}-bad", rng.choice(["Nope", "Read"]), "{" if broken else "{}"))
         client.exec_delay = rng.choice([0.0, 0.0, 0.01, 0.05])
         client.late_duplicates = rng.random() < 0.4
-        p.enqueue(chat_tool_script(calls), text_script(answer))
+        # Each call's reasoning is its own (a provider never sends the same encrypted content twice).
+        first_think = None if think is None else f"{think} before the tools"
+        p.enqueue(k.tools(calls, think=first_think), k.text(answer, think=think))
         await drive(h, client, conv, text, append_first=append_first)
     elif fault == "http_retried":
         status = rng.choice([500, 502, 503, 429])
         p.enqueue(
-            error_script(status, "injected", retry_after="0" if status == 429 else None), text_script(answer)
+            error_script(status, "injected", retry_after="0" if status == 429 else None), k.text(answer)
         )
         await drive(h, client, conv, text, append_first=append_first)
     elif fault == "http_final":
@@ -524,41 +618,41 @@ async def run_plan(h: Harness, rng: random.Random, index: int) -> tuple[str, lis
         expect.outcomes = frozenset({"unavailable"})
         await drive(h, client, conv, text, append_first=append_first)
     elif fault == "slow_headers":
-        good = text_script(answer)
+        good = k.text(answer)
         p.enqueue(SlowScript(chunks=good.chunks, headers_delay_s=rng.choice([0.02, 0.08, 0.15])))
         await drive(h, client, conv, text, append_first=append_first)
     elif fault == "truncated":
-        good = text_script(answer)
-        cut = rng.randint(1, len(good.chunks) - 3)  # ends before the finish chunk and usage
+        good = k.text(answer)
+        cut = rng.randint(1, k.finish_at(good))  # ends before the finish chunk and usage
         p.enqueue(Script(chunks=good.chunks[:cut]))
         expect.outcomes = frozenset({"unavailable"})
         await drive(h, client, conv, text, append_first=append_first)
     elif fault == "invalid_json":
-        good = text_script(answer)
+        good = k.text(answer)
         at = rng.randint(1, len(good.chunks) - 1)
         bad = rng.choice([b"data: {not json\n\n", b"data: [1,\n\n", sse({"choices": "x"}) + b"data: }\n\n"])
         p.enqueue(Script(chunks=[*good.chunks[:at], bad, *good.chunks[at:]]))
         expect.outcomes = frozenset({"unavailable"})
         await drive(h, client, conv, text, append_first=append_first)
     elif fault == "disconnect_before_output":
-        good = text_script(answer)
-        p.enqueue(Script(chunks=good.chunks, close_after=1), text_script(answer))  # role chunk only
+        good = k.text(answer)
+        p.enqueue(Script(chunks=good.chunks, close_after=k.first_output(good, answer)), k.text(answer))
         await drive(h, client, conv, text, append_first=append_first)
     elif fault == "duplicate_call_ids":
         same = f"{tag}-c0"
-        p.enqueue(chat_tool_script([(same, "Read", '{"path":"a.txt"}'), (same, "Grep", '{"pattern":"a"}')]))
+        p.enqueue(k.tools([(same, "Read", '{"path":"a.txt"}'), (same, "Grep", '{"pattern":"a"}')]))
         expect.outcomes = frozenset({"unavailable"})
         await drive(h, client, conv, text, append_first=append_first)
     elif fault == "oversized_result":
         big, small = f"{tag}-big", f"{tag}-c1"
         p.enqueue(
-            chat_tool_script([(big, "Read", '{"path":"big.txt"}'), (small, "Read", '{"path":"a.txt"}')]),
-            text_script(answer),
+            k.tools([(big, "Read", '{"path":"big.txt"}'), (small, "Read", '{"path":"a.txt"}')]),
+            k.text(answer),
         )
         expect.tool_error = (big, "max_body_bytes")
         await drive(h, client, conv, text, append_first=append_first)
     elif fault == "store_refuses":
-        p.enqueue(text_script(answer))
+        p.enqueue(k.text(answer))
         expect.outcomes = frozenset({OK, "internal"})
         expect.store_refused = True
         h.disk.refuse_from_now(rng.randint(0, 3))
@@ -567,16 +661,17 @@ async def run_plan(h: Harness, rng: random.Random, index: int) -> tuple[str, lis
         finally:
             h.disk.refuse_after = None
     elif fault == "disconnect_mid_stream":
-        good = text_script(answer)
-        p.enqueue(Script(chunks=good.chunks, close_after=rng.randint(2, len(good.chunks) - 1)))
+        good = k.text(answer)
+        shown = k.first_output(good, answer) + 1
+        p.enqueue(Script(chunks=good.chunks, close_after=rng.randint(shown, len(good.chunks) - 1)))
         expect.outcomes = frozenset({"unavailable"})
         await drive(h, client, conv, text, append_first=append_first)
     elif fault == "drop_reconnect":
         words = [f"{tag} w{i} " for i in range(6)]
         if rng.random() < 0.4:
-            p.enqueue(chat_tool_script([(f"{tag}-c0", "Read", '{"path":"a.txt"}')], delay_s=0.01))
+            p.enqueue(k.tools([(f"{tag}-c0", "Read", '{"path":"a.txt"}')], delay_s=0.01))
             client.exec_delay = rng.choice([0.0, 0.05])
-        p.enqueue(text_script(words, delay_s=0.01))
+        p.enqueue(k.text(words, delay_s=0.01))
         expect.final_text = "".join(words)
         # Early: mid-run, the rest of the run goes to the reconnect. Late: at turn_ended or one of
         # the three checkpoints after it, the last of them just before the end frame: the end
@@ -595,7 +690,7 @@ async def run_plan(h: Harness, rng: random.Random, index: int) -> tuple[str, lis
         )
     elif fault == "drop_expire":
         words = [f"{tag} w{i} " for i in range(10)]
-        p.enqueue(text_script(words, delay_s=0.06))  # ~0.6 s: outlives the grace
+        p.enqueue(k.text(words, delay_s=0.06))  # ~0.6 s: outlives the grace
         expect.outcomes = frozenset({"canceled"})
         await drive(
             h, client, conv, text, append_first=append_first, drop_after=1, reconnect_after=GRACE_S + 0.25
@@ -603,18 +698,18 @@ async def run_plan(h: Harness, rng: random.Random, index: int) -> tuple[str, lis
     elif fault in ("kv_missing", "kv_failed"):
         client.kv = "missing" if fault == "kv_missing" else "fail"
         if rng.random() < 0.5:  # a tool round publishes its staged checkpoint first
-            p.enqueue(chat_tool_script([(f"{tag}-c0", "Read", '{"path":"a.txt"}')]), text_script(answer))
+            p.enqueue(k.tools([(f"{tag}-c0", "Read", '{"path":"a.txt"}')]), k.text(answer))
         else:
-            p.enqueue(text_script(answer))
+            p.enqueue(k.text(answer))
         expect.outcomes = frozenset({"internal"})
         expect.final_text = None
         await drive(h, client, conv, text, append_first=append_first)
     elif fault == "cancel":
         words = [f"{tag} w{i} " for i in range(6)]
         if rng.random() < 0.4:
-            p.enqueue(chat_tool_script([(f"{tag}-c0", "Read", '{"path":"a.txt"}')], delay_s=0.01))
+            p.enqueue(k.tools([(f"{tag}-c0", "Read", '{"path":"a.txt"}')], delay_s=0.01))
             client.exec_delay = 0.03
-        p.enqueue(text_script(words, delay_s=0.01))
+        p.enqueue(k.text(words, delay_s=0.01))
         expect.final_text = "".join(words)
         expect.outcomes = frozenset({"canceled", OK})  # OK: the run ended before the cancel landed
         delay = rng.uniform(0.0, 0.15)
@@ -631,12 +726,12 @@ async def run_plan(h: Harness, rng: random.Random, index: int) -> tuple[str, lis
         if style == "hang":
             p.enqueue(Script(hang_before_headers=True))
         elif style == "slow":
-            p.enqueue(text_script(words, delay_s=0.04))
+            p.enqueue(k.text(words, delay_s=0.04))
         else:  # preempted in the middle of its tool round: calls committed, results maybe not
             calls = [(f"{tag}-p{i}", "Read", '{"path":"a.txt"}') for i in range(2)]
-            p.enqueue(chat_tool_script(calls))
+            p.enqueue(k.tools(calls))
             first.exec_delay = 0.3
-        p.enqueue(text_script(answer))
+        p.enqueue(k.text(answer))
         seen = len(p.requests)
 
         async def second() -> None:
@@ -651,15 +746,15 @@ async def run_plan(h: Harness, rng: random.Random, index: int) -> tuple[str, lis
             n.start_soon(second)
         return fault, [Expect(first, frozenset({"canceled", OK}), conv, None), expect]
     elif fault == "restart":
-        p.enqueue(text_script(answer))
+        p.enqueue(k.text(answer))
         await drive(h, client, conv, text, append_first=append_first)
         await h.restart()
     elif fault == "shutdown_mid_run":
         words = [f"{tag} w{i} " for i in range(8)]
         if rng.random() < 0.3:
-            p.enqueue(chat_tool_script([(f"{tag}-c0", "Read", '{"path":"a.txt"}')], delay_s=0.01))
+            p.enqueue(k.tools([(f"{tag}-c0", "Read", '{"path":"a.txt"}')], delay_s=0.01))
             client.exec_delay = rng.choice([0.0, 0.05])
-        p.enqueue(text_script(words, delay_s=0.02))
+        p.enqueue(k.text(words, delay_s=0.02))
         expect.final_text = "".join(words)
         expect.outcomes = frozenset({"canceled", OK})  # OK: it ended within shutdown_grace_s
         client.server_may_stop = True
@@ -765,23 +860,39 @@ def check_provider_requests(h: Harness) -> list[str]:
     requests = h.provider.requests
     for i in range(h.checked_requests, len(requests)):
         body = requests[i].json
-        if not isinstance(body, dict) or "messages" not in body:
-            errors.append(f"provider request {i} is not a chat request")
+        shape = _shape(body)
+        if shape is None:
+            errors.append(f"provider request {i} is neither a Chat, a Responses nor a Messages request")
             continue
-        messages = body["messages"]
-        dumps = [_dump(m) for m in messages]
+        elements, first_user, dangling, has_results = shape
+        dumps = [_dump(m) for m in elements]
         if len(set(dumps)) != len(dumps):
-            errors.append(f"provider request {i} repeats a message")
-        errors += [f"provider request {i}: {p}" for p in _dangling(messages)]
-        # The conversation is named by its first user message (unique per conversation here).
-        key = dumps[1] if len(dumps) > 1 else ""
+            again = next(d for n, d in enumerate(dumps) if d in dumps[:n])
+            errors.append(f"provider request {i} repeats a message: {again[:300]}")
+        errors += [f"provider request {i}: {p}" for p in dangling]
+        # The conversation is named by its first user message (unique per conversation here);
+        # on Anthropic by that message's first block: later user turns may join the message.
+        first = elements[first_user] if len(elements) > first_user else None
+        key = "" if first is None else _dump(_user_blocks(first)[0] if "system" in body else first)
         if i in h.provider.unscripted:
             continue  # a cancelled run's request that arrived late: not part of the sequence
         previous = h.last_request_of.get(key)
-        h.tool_requests += any(m["role"] == "tool" for m in messages)
+        h.tool_requests += has_results
         h.prefix_checks += previous is not None
-        if previous is not None and dumps[: len(previous)] != previous:
-            errors.append(f"provider request {i} does not extend the previous request of its conversation")
+        if previous is not None and "system" in body and _merges_into_last(previous, dumps):
+            # Anthropic's roles alternate: a user turn after one that got no answer (a failed or
+            # cancelled run) joins its message, as anthropic_request documents.
+            h.merged_requests.add(hashlib.sha256(requests[i].body).hexdigest())
+        elif previous is not None and dumps[: len(previous)] != previous:
+            at = next(
+                (n for n, (a, b) in enumerate(zip(previous, dumps, strict=False)) if a != b), len(dumps)
+            )
+            was = previous[at][:300] if at < len(previous) else "-"
+            now = dumps[at][:300] if at < len(dumps) else "(missing)"
+            errors.append(
+                f"provider request {i} does not extend the previous request of its conversation: "
+                f"element {at} was {was} and is {now}"
+            )
         h.last_request_of[key] = dumps
     for i in range(h.checked_requests, len(requests)):
         # Checked: only its place in the list matters now. Kept whole, 3,000 runs' requests
@@ -802,18 +913,100 @@ class _Records(logging.Handler):
             self.records.append(record)
 
 
-def check_call_records(db: sqlite3.Connection) -> list[str]:
+def check_call_records(db: sqlite3.Connection, merged: set[str]) -> list[str]:
     """The daemon's own prefix meter, byte for byte over the whole loop and across restarts:
-    every call of a conversation extends its previous one (no run here edits or branches)."""
+    every call of a conversation extends its previous one (no run here edits or branches), but
+    for the Anthropic requests whose last message took the next user turn (``merged``)."""
     rows = db.execute(
-        "SELECT id, request_id, conversation_id, common_prefix_messages FROM llm_calls "
+        "SELECT id, request_id, conversation_id, common_prefix_messages, request_sha256 FROM llm_calls "
         "WHERE prefix_extends = 0 ORDER BY id"
     ).fetchall()
     return [
         f"llm_calls {i} ({rid}, {conv}): does not extend its conversation's previous call "
         f"({common} messages shared)"
-        for i, rid, conv, common in rows
+        for i, rid, conv, common, sha in rows
+        if sha not in merged
     ]
+
+
+Shape = tuple[list[dict[str, Any]], int, list[str], bool]
+
+
+def _shape(body: Any) -> Shape | None:
+    """A request's history elements, the index of its first user message, what dangles in it,
+    and whether it carries a tool result."""
+    if not isinstance(body, dict):
+        return None
+    if isinstance(body.get("input"), list):  # Responses: the system prompt is "instructions"
+        items = body["input"]
+        return (
+            items,
+            0,
+            _dangling_responses(items),
+            any(i.get("type") == "function_call_output" for i in items),
+        )
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return None
+    if "system" in body:  # Anthropic Messages: tool results are blocks of a user message
+        results = any(b.get("type") == "tool_result" for m in messages for b in _blocks(m))
+        return messages, 0, _dangling_anthropic(messages), results
+    return messages, 1, _dangling(messages), any(m["role"] == "tool" for m in messages)
+
+
+def _blocks(m: dict[str, Any]) -> list[dict[str, Any]]:
+    return m["content"] if isinstance(m["content"], list) else []
+
+
+def _merges_into_last(previous: list[str], dumps: list[str]) -> bool:
+    """``dumps`` extends ``previous`` but for its last message, a user message that now has
+    more blocks after its own."""
+    n = len(previous)
+    if len(dumps) < n or dumps[: n - 1] != previous[: n - 1]:
+        return False
+    was, now = json.loads(previous[-1]), json.loads(dumps[n - 1])
+    if was["role"] != "user" or now["role"] != "user":
+        return False
+    blocks = _user_blocks(was)
+    return _user_blocks(now)[: len(blocks)] == blocks and len(_user_blocks(now)) > len(blocks)
+
+
+def _user_blocks(m: dict[str, Any]) -> list[dict[str, Any]]:
+    """A user message's blocks, its plain string form as the one text block it stands for."""
+    content = m["content"]
+    return [{"type": "text", "text": content}] if isinstance(content, str) else content
+
+
+def _dangling_anthropic(messages: list[dict[str, Any]]) -> list[str]:
+    """Each assistant turn's tool_use blocks are answered by the next message's tool_result
+    blocks, exactly; no tool_result answers anything else."""
+    out: list[str] = []
+    calls: list[str] = []  # the previous message's tool_use ids
+    for i, m in enumerate(messages):
+        blocks = _blocks(m)
+        results = [b["tool_use_id"] for b in blocks if b.get("type") == "tool_result"]
+        if sorted(results) != sorted(calls):
+            out.append(f"tool_use {sorted(calls)} answered by {sorted(results)} at {i}")
+        calls = [b["id"] for b in blocks if b.get("type") == "tool_use"]
+    if calls:
+        out.append(f"tool_use {sorted(calls)} unanswered at the end")
+    return out
+
+
+def _dangling_responses(items: list[dict[str, Any]]) -> list[str]:
+    """Each function_call has exactly one function_call_output after it, and each output a call."""
+    out: list[str] = []
+    answers: Counter[str] = Counter()
+    calls: set[str] = set()
+    for i, item in enumerate(items):
+        if item.get("type") == "function_call":
+            calls.add(item["call_id"])
+        elif item.get("type") == "function_call_output":
+            if item["call_id"] not in calls:
+                out.append(f"orphan function_call_output {item['call_id']!r} at {i}")
+            answers[item["call_id"]] += 1
+    out += [f"function_call {c!r} answered {answers[c]} times" for c in sorted(calls) if answers[c] != 1]
+    return out
 
 
 def _dangling(messages: list[dict[str, Any]]) -> list[str]:
@@ -847,7 +1040,7 @@ async def test_fault_injection_loop(
     url = await provider.start(nursery)
     data_dir = tmp_path / "data"
     cfg = tmp_path / "byok.toml"
-    write_config(cfg, provider_url=url, data_dir=data_dir)
+    write_config(cfg, provider_url=url, data_dir=data_dir, extra=MODELS.format(url=url))
     text = cfg.read_text()
     text = text.replace("kv_ack_timeout_s = 5.0\nprovider_retry_base_s = 0.01", SERVER)
     assert SERVER in text
@@ -893,7 +1086,7 @@ async def test_fault_injection_loop(
                         ok_runs += 1
             await daemon.halt()  # its call records are all written now
     with sqlite3.connect(data_dir / DB_FILENAME) as db:
-        failures += check_call_records(db)
+        failures += check_call_records(db, h.merged_requests)
         renders = db.execute("SELECT count(*) FROM rendered_prefixes").fetchone()[0]
         compared = db.execute("SELECT count(*) FROM llm_calls WHERE prefix_extends = 1").fetchone()[0]
     elapsed = time.monotonic() - started
@@ -903,7 +1096,8 @@ async def test_fault_injection_loop(
             f"terminals {dict(sorted(outcomes.items()))}; provider requests {len(provider.requests)} "
             f"({h.prefix_checks} prefix-checked, {h.tool_requests} carrying tool results); "
             f"{daemon.starts} daemon starts, {renders} stored renders, {len(used.records)} turns started "
-            f"from one; {compared} calls extend their previous one byte for byte"
+            f"from one; {compared} calls extend their previous one byte for byte, "
+            f"{len(h.merged_requests)} Anthropic calls merged a user turn into their last message"
         )
         print(f"{RUNS} runs, {ok_runs} ok")
     assert not failures, "\n".join(failures[:40])
