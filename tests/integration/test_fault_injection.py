@@ -31,8 +31,6 @@ Each client sends the last checkpoint it got with its next run_request, as Curso
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 import json
 import logging
 import os
@@ -40,40 +38,42 @@ import random
 import sqlite3
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import attrs
 import httpx
 import pytest
 import trio
 
-from byok.config import Config
 from byok.config_load import load_config
 from byok.daemon import run_daemon
-from byok.devtools.cursor_sim import RUN_SSE, CursorSim, frame_kind, user_turn
-from byok.devtools.exec_client import stream_close
-from byok.devtools.workspace_exec import WorkspaceExecutor
-from byok.http.connect_envelope import FrameDecoder, encode_frame
-from byok.model.messages import Message
+from byok.devtools.cursor_sim import RUN_SSE, CursorSim
+from byok.http.connect_envelope import encode_frame
 from byok.pb.agent import v1 as agent
 from byok.pb.aiserver import v1 as aiserver
 from byok.store import DB_FILENAME, SQLiteStore
 from tests.integration.conftest import write_config
 from tests.support.fake_provider import (
-    FakeProvider,
     Script,
-    anthropic_text_script,
-    anthropic_tool_script,
-    chat_text_script,
-    chat_tool_script,
     error_script,
-    responses_text_script,
-    responses_tool_script,
     sse,
 )
-from tests.support.store_faults import before_each_write
+from tests.support.fault_checks import RenderUses, check_call_records, check_run
+from tests.support.fault_harness import (
+    OK,
+    Client,
+    Daemon,
+    Expect,
+    FaultProvider,
+    Harness,
+    SlowScript,
+    cancel_message,
+    drive,
+    outcome,
+    run_request,
+    text_script,
+)
+from tests.support.fault_kinds import MODELS, kind_of
 
 SEED = int(os.environ.get("BYOK_FAULT_SEED", "6061"))
 RUNS = int(os.environ.get("BYOK_FAULT_RUNS", "300"))
@@ -117,456 +117,6 @@ FAULTS = {
     "restart": 2,  # a turn, then a graceful restart: the next turns start from what the store kept
     "shutdown_mid_run": 2,  # the daemon stops while the run streams: it finishes in the grace or is cancelled
 }
-OK = "ok"  # the expected-outcome name of EndStream {}
-
-
-def _outcome(end: dict[str, Any]) -> str:
-    return OK if end == {} else str(end.get("error", {}).get("code", end))
-
-
-# --- the provider ------------------------------------------------------------------------------
-
-
-@attrs.define
-class SlowScript(Script):
-    headers_delay_s: float = 0.0
-
-
-class FaultProvider(FakeProvider):
-    """FakeProvider plus slow response headers, and a note of requests that found no script
-    (a cancelled run's request that reached the server after the run ended)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.unscripted: set[int] = set()
-
-    async def _respond(self, conn: Any, stream: trio.SocketStream, script: Script) -> bool:
-        if isinstance(script, SlowScript) and script.headers_delay_s:
-            await trio.sleep(script.headers_delay_s)
-        if script.chunks and b"no script enqueued" in script.chunks[0]:
-            self.unscripted.add(len(self.requests) - 1)
-        return await super()._respond(conn, stream, script)
-
-
-def text_script(texts: list[str], *, delay_s: float = 0.0) -> Script:
-    return chat_text_script(texts, delay_s=delay_s)
-
-
-Calls = list[tuple[str, str, str]]
-
-
-@attrs.frozen
-class Kind:
-    """One provider kind under test: the model that names it, its scripts, and where in a text
-    script the first output and the finish are (for cuts before and after them)."""
-
-    name: str
-    model: str
-    finish_marker: bytes  # in the chunk that finishes a text stream (finish, usage, stop)
-
-    def text(self, texts: list[str], *, delay_s: float = 0.0, think: str | None = None) -> Script:
-        if self.name == "anthropic":
-            thinking = [think] if think else []
-            return anthropic_text_script(texts, thinking=thinking, signature=_sig(think), delay_s=delay_s)
-        if self.name == "openai_responses":
-            return responses_text_script(texts, reasoning=[think] if think else [], encrypted=_sig(think),
-                                         delay_s=delay_s)  # fmt: skip
-        return chat_text_script(texts, reasoning=[think] if think else [], delay_s=delay_s)
-
-    def tools(self, calls: Calls, *, delay_s: float = 0.0, think: str | None = None) -> Script:
-        if self.name == "anthropic":
-            thinking = [think] if think else []
-            return anthropic_tool_script(calls, thinking=thinking, signature=_sig(think), delay_s=delay_s)
-        if self.name == "openai_responses":
-            return responses_tool_script(calls, reasoning=[think] if think else [], encrypted=_sig(think),
-                                         delay_s=delay_s)  # fmt: skip
-        return chat_tool_script(calls, delay_s=delay_s)
-
-    def first_output(self, script: Script, texts: list[str]) -> int:
-        """The index of the chunk carrying ``texts[0]`` first: what comes before it shows nothing."""
-        piece = json.dumps(texts[0])[1:-1].encode()
-        return next(i for i, chunk in enumerate(script.chunks) if piece in chunk)
-
-    def finish_at(self, script: Script) -> int:
-        return next(i for i, chunk in enumerate(script.chunks) if self.finish_marker in chunk)
-
-
-def _sig(think: str | None) -> str | None:
-    return None if think is None else f"sig-{think}"
-
-
-# A conversation's kind is fixed: conversation i runs on KINDS[i % 3].
-KINDS = (
-    Kind("openai_chat", "byok-demo", b'"finish_reason":"stop"'),
-    Kind("openai_responses", "byok-responses", b"response.completed"),
-    Kind("anthropic", "byok-anthropic", b"message_delta"),
-)
-MODELS = """
-[[providers]]
-id = "fake-responses"
-kind = "openai_responses"
-base_url = "{url}"
-api_key = "sk-test"
-
-[[providers]]
-id = "fake-anthropic"
-kind = "anthropic"
-base_url = "{url}"
-api_key = "sk-test"
-
-[[models]]
-id = "byok-responses"
-provider = "fake-responses"
-upstream_model = "gpt-test"
-context_tokens = 128000
-
-[[models]]
-id = "byok-anthropic"
-provider = "fake-anthropic"
-upstream_model = "claude-test"
-context_tokens = 128000
-"""
-
-
-# --- one request id, driven by hand --------------------------------------------------------------
-
-
-@attrs.define(eq=False)
-class Client:
-    """One request id: posts appends (optionally twice, optionally out of order), opens and drops
-    RunSSE streams, answers KV and Execs according to the run's plan."""
-
-    h: Harness
-    rid: str
-    dup: bool = False
-    reorder: bool = False
-    kv: str = "ack"  # "ack" | "missing" | "fail"
-    exec_delay: float = 0.0
-    late_duplicates: bool = False
-    seq: int = 0
-    terminals: list[dict[str, Any]] = attrs.Factory(list)
-    kinds: list[str] = attrs.Factory(list)
-    eof_without_terminal: int = 0
-    # What each RunSSE did, for failure messages: "open@0.012 drop(2 frames)@0.040 ...".
-    history: list[str] = attrs.Factory(list)
-    born: float = attrs.Factory(trio.current_time)
-    append_errors: list[str] = attrs.Factory(list)
-    lock: trio.Lock = attrs.Factory(trio.Lock)
-    acked: set[bytes] = attrs.Factory(set)
-    executor: WorkspaceExecutor | None = None  # its own: exec ids are numbered per request
-    conv: str = ""  # the conversation, set when the request is driven
-    # The daemon may stop during this run: an append it can no longer take is not an error.
-    server_may_stop: bool = False
-    # The daemon this request runs on, even when the harness restarts it meanwhile.
-    sim: CursorSim = attrs.field(init=False)
-    base_url: str = attrs.field(init=False)
-
-    def __attrs_post_init__(self) -> None:
-        self.sim, self.base_url = self.h.sim, self.h.base_url
-
-    def workspace(self) -> WorkspaceExecutor:
-        if self.executor is None:
-            self.executor = WorkspaceExecutor(self.h.root, shell_timeout_cap_s=2.0)
-        return self.executor
-
-    async def _post(self, seqno: int, msg: agent.AgentClientMessage) -> None:
-        try:
-            resp = await self.sim.append(self.rid, seqno, msg)
-        except httpx.TransportError as e:
-            if not self.server_may_stop:
-                raise
-            self._note(f"append {seqno} found the daemon gone ({type(e).__name__})")
-            return
-        if resp.status_code != 200:
-            self.append_errors.append(f"append {seqno} -> HTTP {resp.status_code} {resp.text[:200]}")
-
-    async def start(self, run_request: agent.AgentRunRequest) -> None:
-        msg = agent.AgentClientMessage(run_request=run_request)
-        async with self.lock:
-            assert self.seq == 0
-            if self.reorder:
-                await self._post(1, _heartbeat())  # seqno 1 before seqno 0: buffered
-                await self._post(0, msg)
-                self.seq = 2
-            else:
-                await self._post(0, msg)
-                self.seq = 1
-            if self.dup:
-                await self._post(0, msg)
-
-    async def send(self, msg: agent.AgentClientMessage) -> None:
-        async with self.lock:
-            s = self.seq
-            if self.reorder:
-                self.seq += 2
-                await self._post(s + 1, _heartbeat())
-            else:
-                self.seq += 1
-            await self._post(s, msg)
-            if self.dup:
-                await self._post(s, msg)
-
-    async def stream(
-        self,
-        execs: trio.Nursery,
-        *,
-        drop_after: int | None = None,
-        drop_from: str | None = None,
-        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
-    ) -> bool:
-        """Read one RunSSE to its end; True when it ended with a terminal frame. With
-        ``drop_after`` the connection is closed after that many non-heartbeat frames, counted
-        from the first frame of kind ``drop_from`` when given."""
-        body = encode_frame(bytes(aiserver.BidiRequestId(request_id=self.rid)))
-        seen = 0
-        counted = 0
-        ended = False
-        self._note("open")
-        async with self.h.client.stream(
-            "POST",
-            self.base_url + RUN_SSE,
-            content=body,
-            headers={"content-type": "application/connect+proto", "connect-protocol-version": "1"},
-        ) as resp:
-            task_status.started()
-            decoder = FrameDecoder()
-            async for chunk in resp.aiter_bytes():
-                for frame in decoder.feed(chunk):  # ProtocolError on anything after the end frame
-                    if frame.end_stream:
-                        self.terminals.append(json.loads(frame.payload))
-                        ended = True
-                        self._note(f"end({seen} frames)")
-                        continue
-                    msg = agent.AgentServerMessage.parse(frame.payload)
-                    kind = frame_kind(msg)
-                    if kind == "interaction_update.heartbeat":
-                        continue
-                    self.kinds.append(kind)
-                    seen += 1
-                    if counted or drop_from in (None, kind):
-                        counted += 1
-                    await self._handle(msg, execs)
-                    if drop_after is not None and counted >= drop_after and not ended:
-                        self._note(f"drop({seen} frames)")
-                        return False  # leaving the context closes the connection mid-stream
-            decoder.end()
-        if not ended:
-            self.eof_without_terminal += 1
-            self._note(f"eof-without-end({seen} frames)")
-        return ended
-
-    def _note(self, what: str) -> None:
-        self.history.append(f"{what}@{trio.current_time() - self.born:.3f}")
-
-    async def _handle(self, msg: agent.AgentServerMessage, execs: trio.Nursery) -> None:
-        if msg.conversation_checkpoint_update is not None:
-            self.h.states[self.conv] = msg.conversation_checkpoint_update
-        kv = msg.kv_server_message
-        if kv is not None:
-            await self._kv(kv)
-        if (ex := msg.exec_server_message) is not None:
-            execs.start_soon(self._exec, ex)
-        control = msg.exec_server_control_message
-        if control is not None and control.abort is not None:
-            self.workspace().abort(control.abort.id)
-
-    async def _kv(self, kv: agent.KvServerMessage) -> None:
-        if kv.set_blob_args is not None:
-            if self.kv == "missing":
-                return
-            if self.kv == "fail":
-                result = agent.SetBlobResult(error=agent.Error(message="injected: disk full"))
-            else:
-                self.h.blobs[kv.set_blob_args.blob_id] = kv.set_blob_args.blob_data
-                self.acked.add(kv.set_blob_args.blob_id)
-                result = agent.SetBlobResult()
-            reply = agent.KvClientMessage(id=kv.id, set_blob_result=result)
-        else:
-            assert kv.get_blob_args is not None
-            data = self.h.blobs.get(kv.get_blob_args.blob_id)
-            reply = agent.KvClientMessage(id=kv.id, get_blob_result=agent.GetBlobResult(blob_data=data))
-        await self.send(agent.AgentClientMessage(kv_client_message=reply))
-
-    async def _exec(self, msg: agent.ExecServerMessage) -> None:
-        sent: list[agent.AgentClientMessage] = []
-
-        async def reply(out: agent.AgentClientMessage) -> None:
-            sent.append(out)
-            await self.send(out)
-
-        await self.workspace().run(msg, reply, delay=self.exec_delay)
-        if self.late_duplicates:
-            # Late and repeated answers: the same result again, another close, and an id never issued.
-            for out in sent:
-                await self.send(out)
-            await self.send(stream_close(msg.id + 1000))
-
-
-def _heartbeat() -> agent.AgentClientMessage:
-    return agent.AgentClientMessage(client_heartbeat=agent.ClientHeartbeat())
-
-
-def _cancel() -> agent.AgentClientMessage:
-    return agent.AgentClientMessage(
-        conversation_action=agent.ConversationAction(cancel_action=agent.CancelAction())
-    )
-
-
-# --- the harness ---------------------------------------------------------------------------------
-
-
-@attrs.define
-class Disk:
-    """Refuses every write transaction of the daemon's store past ``refuse_after`` of them.
-    ``writes`` is counted on the store's worker thread only and ``refuse_after`` set on the
-    test's, so neither thread ever writes what the other does."""
-
-    writes: int = 0
-    refuse_after: int | None = None
-
-    def refuse_from_now(self, allowed: int) -> None:
-        self.refuse_after = self.writes + allowed
-
-    def patch(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        """Every write transaction of any SQLiteStore in this process asks first; a refused one
-        fails as SQLite does on a read-only database, before anything is written."""
-
-        def count(conn: sqlite3.Connection) -> None:
-            self.writes += 1
-            limit = self.refuse_after
-            conn.execute(f"PRAGMA query_only = {int(limit is not None and self.writes > limit)}")
-
-        before_each_write(monkeypatch, count)
-
-
-@attrs.define(eq=False)
-class Harness:
-    base_url: str
-    client: httpx.AsyncClient
-    sim: CursorSim
-    provider: FaultProvider
-    root: Path  # the workspace the Execs run in
-    store: SQLiteStore
-    blobs: dict[bytes, bytes] = attrs.Factory(dict)
-    heads: dict[str, tuple[Message, ...]] = attrs.Factory(dict)
-    checked_requests: int = 0
-    prefix_checks: int = 0
-    tool_requests: int = 0
-    last_request_of: dict[str, list[str]] = attrs.Factory(dict)  # conversation -> dumped messages
-    merged_requests: set[str] = attrs.Factory(set)  # SHA-256 of Anthropic bodies that merged their last
-    final_texts: dict[str, list[str]] = attrs.Factory(dict)  # conversation -> committed answers
-    counter: itertools.count[int] = attrs.Factory(itertools.count)
-    disk: Disk = attrs.Factory(Disk)
-    daemon: Daemon | None = None
-    # conversation -> the last checkpoint its client got, sent with its next run_request as Cursor
-    # does: after a restart, the daemon learns from it which blobs the client holds.
-    states: dict[str, agent.ConversationStateStructure] = attrs.Factory(dict)
-
-    async def restart(self) -> None:
-        """Stop the daemon gracefully and start it again on the same data dir; requests already
-        started keep the old address."""
-        assert self.daemon is not None
-        await self.daemon.halt()
-        self.base_url = await self.daemon.start()
-        self.sim = CursorSim(self.base_url, self.client)
-
-
-@attrs.define(eq=False)
-class Daemon:
-    """The daemon under test, served from the test's nursery, restartable on its data dir."""
-
-    config: Config
-    nursery: trio.Nursery
-    stop: Callable[[], None] = lambda: None
-    done: trio.Event = attrs.Factory(trio.Event)
-    starts: int = 0
-
-    async def start(self) -> str:
-        done = trio.Event()
-
-        async def serve(task_status: trio.TaskStatus[tuple[str, Callable[[], None]]]) -> None:
-            try:
-                await run_daemon(self.config, task_status=task_status)
-            finally:
-                done.set()
-
-        base_url, self.stop = await self.nursery.start(serve)
-        self.done, self.starts = done, self.starts + 1
-        return base_url
-
-    async def halt(self) -> None:
-        self.stop()
-        await self.done.wait()
-
-
-@attrs.define
-class Expect:
-    client: Client
-    outcomes: frozenset[str]
-    conv: str
-    final_text: str | None = None  # the answer that must be committed when the run succeeded
-    got: str | None = None  # the terminal outcome seen
-    # (call id, text) of a tool result that, when the run succeeded, must hold the text
-    tool_error: tuple[str, str] | None = None
-    # The store refused writes during the run: its runtime message may be missing after an
-    # error, and its own record may not have been written.
-    store_refused: bool = False
-
-
-def _run_request(h: Harness, conv: str, text: str) -> agent.AgentRunRequest:
-    message_id = f"m{next(h.counter)}"
-    state = h.states.get(conv)
-    model = kind_of(conv).model
-    return user_turn(text, conversation_id=conv, model_id=model, message_id=message_id, state=state)
-
-
-def kind_of(conv: str) -> Kind:
-    return KINDS[int(conv.rsplit("-", 1)[1]) % len(KINDS)]
-
-
-async def drive(
-    h: Harness,
-    c: Client,
-    conv: str,
-    text: str,
-    *,
-    append_first: bool,
-    drop_after: int | None = None,
-    drop_from: str | None = None,
-    reconnect_after: float | None = None,
-    during: Callable[[], Any] | None = None,
-) -> None:
-    """Run one request: RunSSE and the run_request (in either order), an optional task alongside,
-    an optional drop of the stream and a reconnect after ``reconnect_after`` seconds."""
-    c.conv = conv
-    rr = _run_request(h, conv, text)
-    async with trio.open_nursery() as execs:
-        async with trio.open_nursery() as n:
-            ended = [False]
-
-            async def first_stream(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-                ended[0] = await c.stream(
-                    execs, drop_after=drop_after, drop_from=drop_from, task_status=task_status
-                )
-
-            if append_first:
-                await c.start(rr)
-                await n.start(first_stream)
-            else:
-                await n.start(first_stream)
-                await c.start(rr)
-            if during is not None:
-                n.start_soon(during)
-        if not ended[0] and not c.server_may_stop:  # a stopped daemon's stream has nowhere to reconnect
-            await trio.sleep(reconnect_after if reconnect_after is not None else 0.0)
-            await c.stream(execs)
-        # Late Exec answers still in flight are allowed to land after the end (the server must
-        # ignore them); then stop whatever is left.
-        if c.late_duplicates:
-            await trio.sleep(0.02)
-        execs.cancel_scope.cancel()
-    if c.executor is not None:
-        await c.executor.aclose()
 
 
 async def run_plan(h: Harness, rng: random.Random, index: int) -> tuple[str, list[Expect]]:
@@ -716,7 +266,7 @@ async def run_plan(h: Harness, rng: random.Random, index: int) -> tuple[str, lis
 
         async def cancel_later() -> None:
             await trio.sleep(delay)
-            await client.send(_cancel())
+            await client.send(cancel_message())
 
         await drive(h, client, conv, text, append_first=append_first, during=cancel_later)
     elif fault == "preempt":
@@ -774,262 +324,6 @@ async def run_plan(h: Harness, rng: random.Random, index: int) -> tuple[str, lis
     return fault, [expect]
 
 
-# --- invariants ------------------------------------------------------------------------------------
-
-
-def _dump(m: dict[str, Any]) -> str:
-    return json.dumps(m, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
-
-
-async def _run_record(h: Harness, rid: str) -> Any:
-    with trio.fail_after(5):
-        while True:
-            run = h.store.run(rid)
-            if run is not None and run.status != "running":
-                return run
-            await trio.sleep(0.005)
-
-
-async def check_run(h: Harness, expects: list[Expect]) -> list[str]:
-    errors: list[str] = []
-    for e in expects:
-        c = e.client
-        errors += c.append_errors
-        if len(c.terminals) != 1:
-            errors.append(
-                f"{c.rid}: {len(c.terminals)} terminal frames {c.terminals} "
-                f"(streams ended without one: {c.eof_without_terminal}; {' '.join(c.history)})"
-            )
-            continue
-        got = _outcome(c.terminals[0])
-        if got not in e.outcomes:
-            errors.append(
-                f"{c.rid}: terminal {c.terminals[0]}, expected one of {sorted(e.outcomes)} "
-                f"({' '.join(c.history)})"
-            )
-        e.got = got
-        if e.store_refused:
-            message = c.terminals[0].get("error", {}).get("message", "")
-            if got == "internal" and not message.startswith("byok's database failed: sqlite: "):
-                errors.append(f"{c.rid}: a refused write ended the run with {message!r}")
-            continue  # its record was written only if the disk took it
-        run = await _run_record(h, c.rid)
-        status = {OK: "success", "canceled": "canceled"}.get(got, "error")
-        if run.status != status or (status == "error" and run.error_code != got):
-            errors.append(f"{c.rid}: run record {run.status}/{run.error_code} but terminal {got}")
-    conv = expects[0].conv
-    head = h.store.head(conv).messages
-    before = h.heads.get(conv, ())
-    if head[: len(before)] != before:
-        errors.append(f"{conv}: the head lost or rewrote committed messages ({len(before)} -> {len(head)})")
-    h.heads[conv] = head
-    events = Counter(m.event_id for m in head if m.event_id)
-    errors += [f"{conv}: runtime event {k} committed {n} times" for k, n in events.items() if n > 1]
-    for e in expects:
-        got = e.got
-        n = events.get(f"run-request:{e.client.rid}", 0)
-        may_lack = got == "canceled" or (e.store_refused and got != OK)
-        if got is not None and (n > 1 or (not may_lack and n != 1)):
-            errors.append(f"{e.client.rid} ({got}): runtime message committed {n} times")
-        if got == OK and e.final_text is not None:
-            answers = [m.text for m in head if m.role == "assistant"]
-            if e.final_text not in answers:
-                errors.append(f"{e.client.rid}: answer {e.final_text!r} not in the committed history")
-        if got == OK and e.tool_error is not None:
-            call_id, text = e.tool_error
-            results = [m.text for m in head if m.role == "tool" and m.tool_call_id == call_id]
-            if len(results) != 1 or text not in results[0]:
-                errors.append(
-                    f"{e.client.rid}: result of {call_id} is {results!r}, expected one with {text!r}"
-                )
-    calls: set[str] = set()
-    answered: Counter[str] = Counter()
-    for m in head:
-        calls.update(tc.call_id for tc in m.tool_calls)
-        if m.role == "tool":
-            answered[m.tool_call_id] += 1
-            if m.tool_call_id not in calls:
-                errors.append(f"{conv}: tool result for {m.tool_call_id} answers no earlier call")
-    errors += [f"{conv}: {n} results for call {k}" for k, n in answered.items() if n > 1]
-    errors += check_provider_requests(h)
-    return errors
-
-
-def check_provider_requests(h: Harness) -> list[str]:
-    errors: list[str] = []
-    requests = h.provider.requests
-    for i in range(h.checked_requests, len(requests)):
-        body = requests[i].json
-        shape = _shape(body)
-        if shape is None:
-            errors.append(f"provider request {i} is neither a Chat, a Responses nor a Messages request")
-            continue
-        elements, first_user, dangling, has_results = shape
-        dumps = [_dump(m) for m in elements]
-        if len(set(dumps)) != len(dumps):
-            again = next(d for n, d in enumerate(dumps) if d in dumps[:n])
-            errors.append(f"provider request {i} repeats a message: {again[:300]}")
-        errors += [f"provider request {i}: {p}" for p in dangling]
-        # The conversation is named by its first user message (unique per conversation here);
-        # on Anthropic by that message's first block: later user turns may join the message.
-        first = elements[first_user] if len(elements) > first_user else None
-        key = "" if first is None else _dump(_user_blocks(first)[0] if "system" in body else first)
-        if i in h.provider.unscripted:
-            continue  # a cancelled run's request that arrived late: not part of the sequence
-        previous = h.last_request_of.get(key)
-        h.tool_requests += has_results
-        h.prefix_checks += previous is not None
-        if previous is not None and "system" in body and _merges_into_last(previous, dumps):
-            # Anthropic's roles alternate: a user turn after one that got no answer (a failed or
-            # cancelled run) joins its message, as anthropic_request documents.
-            h.merged_requests.add(hashlib.sha256(requests[i].body).hexdigest())
-        elif previous is not None and dumps[: len(previous)] != previous:
-            at = next(
-                (n for n, (a, b) in enumerate(zip(previous, dumps, strict=False)) if a != b), len(dumps)
-            )
-            was = previous[at][:300] if at < len(previous) else "-"
-            now = dumps[at][:300] if at < len(dumps) else "(missing)"
-            errors.append(
-                f"provider request {i} does not extend the previous request of its conversation: "
-                f"element {at} was {was} and is {now}"
-            )
-        h.last_request_of[key] = dumps
-    for i in range(h.checked_requests, len(requests)):
-        # Checked: only its place in the list matters now. Kept whole, 3,000 runs' requests
-        # (their parsed JSON) grew this process to 1.6 GB, and the cyclic GC's full passes over
-        # them paused the daemon sharing the process for up to 0.95 s, past the KV ACK timeout.
-        requests[i] = attrs.evolve(requests[i], body=b"")
-    h.checked_requests = len(requests)
-    return errors
-
-
-class _Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        if "from their stored render" in record.getMessage():
-            self.records.append(record)
-
-
-def check_call_records(db: sqlite3.Connection, merged: set[str]) -> list[str]:
-    """The daemon's own prefix meter, byte for byte over the whole loop and across restarts:
-    every call of a conversation extends its previous one (no run here edits or branches), but
-    for the Anthropic requests whose last message took the next user turn (``merged``)."""
-    rows = db.execute(
-        "SELECT id, request_id, conversation_id, common_prefix_messages, request_sha256 FROM llm_calls "
-        "WHERE prefix_extends = 0 ORDER BY id"
-    ).fetchall()
-    return [
-        f"llm_calls {i} ({rid}, {conv}): does not extend its conversation's previous call "
-        f"({common} messages shared)"
-        for i, rid, conv, common, sha in rows
-        if sha not in merged
-    ]
-
-
-Shape = tuple[list[dict[str, Any]], int, list[str], bool]
-
-
-def _shape(body: Any) -> Shape | None:
-    """A request's history elements, the index of its first user message, what dangles in it,
-    and whether it carries a tool result."""
-    if not isinstance(body, dict):
-        return None
-    if isinstance(body.get("input"), list):  # Responses: the system prompt is "instructions"
-        items = body["input"]
-        return (
-            items,
-            0,
-            _dangling_responses(items),
-            any(i.get("type") == "function_call_output" for i in items),
-        )
-    messages = body.get("messages")
-    if not isinstance(messages, list):
-        return None
-    if "system" in body:  # Anthropic Messages: tool results are blocks of a user message
-        results = any(b.get("type") == "tool_result" for m in messages for b in _blocks(m))
-        return messages, 0, _dangling_anthropic(messages), results
-    return messages, 1, _dangling(messages), any(m["role"] == "tool" for m in messages)
-
-
-def _blocks(m: dict[str, Any]) -> list[dict[str, Any]]:
-    return m["content"] if isinstance(m["content"], list) else []
-
-
-def _merges_into_last(previous: list[str], dumps: list[str]) -> bool:
-    """``dumps`` extends ``previous`` but for its last message, a user message that now has
-    more blocks after its own."""
-    n = len(previous)
-    if len(dumps) < n or dumps[: n - 1] != previous[: n - 1]:
-        return False
-    was, now = json.loads(previous[-1]), json.loads(dumps[n - 1])
-    if was["role"] != "user" or now["role"] != "user":
-        return False
-    blocks = _user_blocks(was)
-    return _user_blocks(now)[: len(blocks)] == blocks and len(_user_blocks(now)) > len(blocks)
-
-
-def _user_blocks(m: dict[str, Any]) -> list[dict[str, Any]]:
-    """A user message's blocks, its plain string form as the one text block it stands for."""
-    content = m["content"]
-    return [{"type": "text", "text": content}] if isinstance(content, str) else content
-
-
-def _dangling_anthropic(messages: list[dict[str, Any]]) -> list[str]:
-    """Each assistant turn's tool_use blocks are answered by the next message's tool_result
-    blocks, exactly; no tool_result answers anything else."""
-    out: list[str] = []
-    calls: list[str] = []  # the previous message's tool_use ids
-    for i, m in enumerate(messages):
-        blocks = _blocks(m)
-        results = [b["tool_use_id"] for b in blocks if b.get("type") == "tool_result"]
-        if sorted(results) != sorted(calls):
-            out.append(f"tool_use {sorted(calls)} answered by {sorted(results)} at {i}")
-        calls = [b["id"] for b in blocks if b.get("type") == "tool_use"]
-    if calls:
-        out.append(f"tool_use {sorted(calls)} unanswered at the end")
-    return out
-
-
-def _dangling_responses(items: list[dict[str, Any]]) -> list[str]:
-    """Each function_call has exactly one function_call_output after it, and each output a call."""
-    out: list[str] = []
-    answers: Counter[str] = Counter()
-    calls: set[str] = set()
-    for i, item in enumerate(items):
-        if item.get("type") == "function_call":
-            calls.add(item["call_id"])
-        elif item.get("type") == "function_call_output":
-            if item["call_id"] not in calls:
-                out.append(f"orphan function_call_output {item['call_id']!r} at {i}")
-            answers[item["call_id"]] += 1
-    out += [f"function_call {c!r} answered {answers[c]} times" for c in sorted(calls) if answers[c] != 1]
-    return out
-
-
-def _dangling(messages: list[dict[str, Any]]) -> list[str]:
-    out: list[str] = []
-    i = 0
-    while i < len(messages):
-        m = messages[i]
-        if m["role"] == "tool":
-            out.append(f"orphan tool result {m.get('tool_call_id')!r} at {i}")
-        if m["role"] == "assistant" and m.get("tool_calls"):
-            want = {c["id"] for c in m["tool_calls"]}
-            got: list[str] = []
-            i += 1
-            while i < len(messages) and messages[i]["role"] == "tool":
-                got.append(messages[i]["tool_call_id"])
-                i += 1
-            if sorted(got) != sorted(want):
-                out.append(f"tool calls {sorted(want)} answered by {sorted(got)}")
-            continue
-        i += 1
-    return out
-
-
 # --- the loop ----------------------------------------------------------------------------------------
 
 
@@ -1045,7 +339,7 @@ async def test_fault_injection_loop(
     text = text.replace("kv_ack_timeout_s = 5.0\nprovider_retry_base_s = 0.01", SERVER)
     assert SERVER in text
     cfg.write_text(text)
-    used = _Records()  # the turns that started from a stored render
+    used = RenderUses()  # the turns that started from a stored render
     render_log = logging.getLogger("byok.render")
     monkeypatch.setattr(render_log, "handlers", [*render_log.handlers, used])
     monkeypatch.setattr(render_log, "level", logging.DEBUG)
@@ -1118,7 +412,7 @@ async def _run_with_a_silent_first_stream(h: Harness, c: Client, conversation_id
             headers={"content-type": "application/connect+proto"},
         ),
     ):
-        await c.start(_run_request(h, conversation_id, "hi"))
+        await c.start(run_request(h, conversation_id, "hi"))
         await trio.sleep(0.3)
         with trio.fail_after(5):
             await c.stream(execs)
@@ -1169,7 +463,7 @@ async def test_an_empty_exec_control_message_does_not_stop_the_daemon(tmp_path: 
                 bad = Client(h, "req-bad-control")
                 async with trio.open_nursery() as execs:
                     execs.start_soon(bad.stream, execs)
-                    await bad.start(_run_request(h, "conv-bad", "hi"))
+                    await bad.start(run_request(h, "conv-bad", "hi"))
                     # The run waits on the hanging provider call: the next script is the good run's.
                     with trio.fail_after(5):
                         while not provider.requests:
@@ -1178,7 +472,7 @@ async def test_an_empty_exec_control_message_does_not_stop_the_daemon(tmp_path: 
                         agent.AgentClientMessage(exec_client_control_message=agent.ExecClientControlMessage())
                     )
                     await trio.sleep(0.2)
-                    await bad.send(_cancel())
+                    await bad.send(cancel_message())
                     with trio.fail_after(5):
                         while not bad.terminals:
                             await trio.sleep(0.01)
@@ -1260,4 +554,4 @@ async def test_a_reconnect_after_the_run_ended_gets_the_end_frame(
         # the client reconnects.
         await _run_with_a_silent_first_stream(h, c, "conv-end-dead")
     stop()
-    assert c.terminals and _outcome(c.terminals[0]) == "unavailable", (c.terminals, c.eof_without_terminal)
+    assert c.terminals and outcome(c.terminals[0]) == "unavailable", (c.terminals, c.eof_without_terminal)

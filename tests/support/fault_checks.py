@@ -1,0 +1,287 @@
+"""The invariants the fault injection checks after every run (tests/integration/
+test_fault_injection.py): terminal frames against the run records, the committed history from
+SQLite, the provider requests (dangling tool calls, repeats, the prefix property), and the
+daemon's own byte-level prefix meter."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import sqlite3
+from collections import Counter
+from typing import Any
+
+import attrs
+import trio
+
+from tests.support.fault_harness import OK, Expect, Harness, outcome
+
+# --- invariants ------------------------------------------------------------------------------------
+
+
+def _dump(m: dict[str, Any]) -> str:
+    return json.dumps(m, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+
+
+async def _run_record(h: Harness, rid: str) -> Any:
+    with trio.fail_after(5):
+        while True:
+            run = h.store.run(rid)
+            if run is not None and run.status != "running":
+                return run
+            await trio.sleep(0.005)
+
+
+async def check_run(h: Harness, expects: list[Expect]) -> list[str]:
+    errors: list[str] = []
+    for e in expects:
+        c = e.client
+        errors += c.append_errors
+        if len(c.terminals) != 1:
+            errors.append(
+                f"{c.rid}: {len(c.terminals)} terminal frames {c.terminals} "
+                f"(streams ended without one: {c.eof_without_terminal}; {' '.join(c.history)})"
+            )
+            continue
+        got = outcome(c.terminals[0])
+        if got not in e.outcomes:
+            errors.append(
+                f"{c.rid}: terminal {c.terminals[0]}, expected one of {sorted(e.outcomes)} "
+                f"({' '.join(c.history)})"
+            )
+        e.got = got
+        if e.store_refused:
+            message = c.terminals[0].get("error", {}).get("message", "")
+            if got == "internal" and not message.startswith("byok's database failed: sqlite: "):
+                errors.append(f"{c.rid}: a refused write ended the run with {message!r}")
+            continue  # its record was written only if the disk took it
+        run = await _run_record(h, c.rid)
+        status = {OK: "success", "canceled": "canceled"}.get(got, "error")
+        if run.status != status or (status == "error" and run.error_code != got):
+            errors.append(f"{c.rid}: run record {run.status}/{run.error_code} but terminal {got}")
+    conv = expects[0].conv
+    head = h.store.head(conv).messages
+    before = h.heads.get(conv, ())
+    if head[: len(before)] != before:
+        errors.append(f"{conv}: the head lost or rewrote committed messages ({len(before)} -> {len(head)})")
+    h.heads[conv] = head
+    events = Counter(m.event_id for m in head if m.event_id)
+    errors += [f"{conv}: runtime event {k} committed {n} times" for k, n in events.items() if n > 1]
+    for e in expects:
+        got = e.got
+        n = events.get(f"run-request:{e.client.rid}", 0)
+        may_lack = got == "canceled" or (e.store_refused and got != OK)
+        if got is not None and (n > 1 or (not may_lack and n != 1)):
+            errors.append(f"{e.client.rid} ({got}): runtime message committed {n} times")
+        if got == OK and e.final_text is not None:
+            answers = [m.text for m in head if m.role == "assistant"]
+            if e.final_text not in answers:
+                errors.append(f"{e.client.rid}: answer {e.final_text!r} not in the committed history")
+        if got == OK and e.tool_error is not None:
+            call_id, text = e.tool_error
+            results = [m.text for m in head if m.role == "tool" and m.tool_call_id == call_id]
+            if len(results) != 1 or text not in results[0]:
+                errors.append(
+                    f"{e.client.rid}: result of {call_id} is {results!r}, expected one with {text!r}"
+                )
+    calls: set[str] = set()
+    answered: Counter[str] = Counter()
+    for m in head:
+        calls.update(tc.call_id for tc in m.tool_calls)
+        if m.role == "tool":
+            answered[m.tool_call_id] += 1
+            if m.tool_call_id not in calls:
+                errors.append(f"{conv}: tool result for {m.tool_call_id} answers no earlier call")
+    errors += [f"{conv}: {n} results for call {k}" for k, n in answered.items() if n > 1]
+    errors += check_provider_requests(h)
+    return errors
+
+
+def check_provider_requests(h: Harness) -> list[str]:
+    errors: list[str] = []
+    requests = h.provider.requests
+    for i in range(h.checked_requests, len(requests)):
+        body = requests[i].json
+        shape = _shape(body)
+        if shape is None:
+            errors.append(f"provider request {i} is neither a Chat, a Responses nor a Messages request")
+            continue
+        elements, first_user, dangling, has_results = shape
+        dumps = [_dump(m) for m in elements]
+        if len(set(dumps)) != len(dumps):
+            again = next(d for n, d in enumerate(dumps) if d in dumps[:n])
+            errors.append(f"provider request {i} repeats a message: {again[:300]}")
+        errors += [f"provider request {i}: {p}" for p in dangling]
+        # The conversation is named by its first user message (unique per conversation here);
+        # on Anthropic by that message's first block: later user turns may join the message.
+        first = elements[first_user] if len(elements) > first_user else None
+        key = "" if first is None else _dump(_user_blocks(first)[0] if "system" in body else first)
+        if i in h.provider.unscripted:
+            # A cancelled run's request that arrived late: not part of the sequence, but the
+            # daemon's meter compares the next call with it.
+            h.late_request_of[key] = dumps
+            continue
+        late = h.late_request_of.pop(key, None)
+        if late is not None and "system" in body and _merges_into_last(late, dumps):
+            h.merged_requests.add(hashlib.sha256(requests[i].body).hexdigest())
+        previous = h.last_request_of.get(key)
+        h.tool_requests += has_results
+        h.prefix_checks += previous is not None
+        if previous is not None and "system" in body and _merges_into_last(previous, dumps):
+            # Anthropic's roles alternate: a user turn after one that got no answer (a failed or
+            # cancelled run) joins its message, as anthropic_request documents.
+            h.merged_requests.add(hashlib.sha256(requests[i].body).hexdigest())
+        elif previous is not None and dumps[: len(previous)] != previous:
+            at = next(
+                (n for n, (a, b) in enumerate(zip(previous, dumps, strict=False)) if a != b), len(dumps)
+            )
+            was = previous[at][:300] if at < len(previous) else "-"
+            now = dumps[at][:300] if at < len(dumps) else "(missing)"
+            errors.append(
+                f"provider request {i} does not extend the previous request of its conversation: "
+                f"element {at} was {was} and is {now}"
+            )
+        h.last_request_of[key] = dumps
+    for i in range(h.checked_requests, len(requests)):
+        # Checked: only its place in the list matters now. Kept whole, 3,000 runs' requests
+        # (their parsed JSON) grew this process to 1.6 GB, and the cyclic GC's full passes over
+        # them paused the daemon sharing the process for up to 0.95 s, past the KV ACK timeout.
+        requests[i] = attrs.evolve(requests[i], body=b"")
+    h.checked_requests = len(requests)
+    return errors
+
+
+class RenderUses(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "from their stored render" in record.getMessage():
+            self.records.append(record)
+
+
+def check_call_records(db: sqlite3.Connection, merged: set[str]) -> list[str]:
+    """The daemon's own prefix meter, byte for byte over the whole loop and across restarts:
+    every call of a conversation extends its previous one (no run here edits or branches), but
+    for the Anthropic requests whose last message took the next user turn (``merged``)."""
+    rows = db.execute(
+        "SELECT id, request_id, conversation_id, common_prefix_messages, request_sha256 FROM llm_calls "
+        "WHERE prefix_extends = 0 ORDER BY id"
+    ).fetchall()
+    errors = []
+    for i, rid, conv, common, sha in rows:
+        if sha in merged:
+            continue
+        before = db.execute(
+            "SELECT id, request_id, status, error FROM llm_calls WHERE conversation_id = ? AND id < ? "
+            "ORDER BY id DESC LIMIT 1",
+            (conv, i),
+        ).fetchone()
+        errors.append(
+            f"llm_calls {i} ({rid}, {conv}): does not extend its conversation's previous call "
+            f"({common} messages shared; the call before it: {before})"
+        )
+    return errors
+
+
+Shape = tuple[list[dict[str, Any]], int, list[str], bool]
+
+
+def _shape(body: Any) -> Shape | None:
+    """A request's history elements, the index of its first user message, what dangles in it,
+    and whether it carries a tool result."""
+    if not isinstance(body, dict):
+        return None
+    if isinstance(body.get("input"), list):  # Responses: the system prompt is "instructions"
+        items = body["input"]
+        return (
+            items,
+            0,
+            _dangling_responses(items),
+            any(i.get("type") == "function_call_output" for i in items),
+        )
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return None
+    if "system" in body:  # Anthropic Messages: tool results are blocks of a user message
+        results = any(b.get("type") == "tool_result" for m in messages for b in _blocks(m))
+        return messages, 0, _dangling_anthropic(messages), results
+    return messages, 1, _dangling(messages), any(m["role"] == "tool" for m in messages)
+
+
+def _blocks(m: dict[str, Any]) -> list[dict[str, Any]]:
+    return m["content"] if isinstance(m["content"], list) else []
+
+
+def _merges_into_last(previous: list[str], dumps: list[str]) -> bool:
+    """``dumps`` extends ``previous`` but for its last message, a user message that now has
+    more blocks after its own."""
+    n = len(previous)
+    if len(dumps) < n or dumps[: n - 1] != previous[: n - 1]:
+        return False
+    was, now = json.loads(previous[-1]), json.loads(dumps[n - 1])
+    if was["role"] != "user" or now["role"] != "user":
+        return False
+    blocks = _user_blocks(was)
+    return _user_blocks(now)[: len(blocks)] == blocks and len(_user_blocks(now)) > len(blocks)
+
+
+def _user_blocks(m: dict[str, Any]) -> list[dict[str, Any]]:
+    """A user message's blocks, its plain string form as the one text block it stands for."""
+    content = m["content"]
+    return [{"type": "text", "text": content}] if isinstance(content, str) else content
+
+
+def _dangling_anthropic(messages: list[dict[str, Any]]) -> list[str]:
+    """Each assistant turn's tool_use blocks are answered by the next message's tool_result
+    blocks, exactly; no tool_result answers anything else."""
+    out: list[str] = []
+    calls: list[str] = []  # the previous message's tool_use ids
+    for i, m in enumerate(messages):
+        blocks = _blocks(m)
+        results = [b["tool_use_id"] for b in blocks if b.get("type") == "tool_result"]
+        if sorted(results) != sorted(calls):
+            out.append(f"tool_use {sorted(calls)} answered by {sorted(results)} at {i}")
+        calls = [b["id"] for b in blocks if b.get("type") == "tool_use"]
+    if calls:
+        out.append(f"tool_use {sorted(calls)} unanswered at the end")
+    return out
+
+
+def _dangling_responses(items: list[dict[str, Any]]) -> list[str]:
+    """Each function_call has exactly one function_call_output after it, and each output a call."""
+    out: list[str] = []
+    answers: Counter[str] = Counter()
+    calls: set[str] = set()
+    for i, item in enumerate(items):
+        if item.get("type") == "function_call":
+            calls.add(item["call_id"])
+        elif item.get("type") == "function_call_output":
+            if item["call_id"] not in calls:
+                out.append(f"orphan function_call_output {item['call_id']!r} at {i}")
+            answers[item["call_id"]] += 1
+    out += [f"function_call {c!r} answered {answers[c]} times" for c in sorted(calls) if answers[c] != 1]
+    return out
+
+
+def _dangling(messages: list[dict[str, Any]]) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(messages):
+        m = messages[i]
+        if m["role"] == "tool":
+            out.append(f"orphan tool result {m.get('tool_call_id')!r} at {i}")
+        if m["role"] == "assistant" and m.get("tool_calls"):
+            want = {c["id"] for c in m["tool_calls"]}
+            got: list[str] = []
+            i += 1
+            while i < len(messages) and messages[i]["role"] == "tool":
+                got.append(messages[i]["tool_call_id"])
+                i += 1
+            if sorted(got) != sorted(want):
+                out.append(f"tool calls {sorted(want)} answered by {sorted(got)}")
+            continue
+        i += 1
+    return out

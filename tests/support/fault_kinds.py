@@ -1,0 +1,100 @@
+"""The provider kinds the fault injection runs (tests/integration/test_fault_injection.py): one
+fake provider serves them all, a conversation keeps one kind."""
+
+from __future__ import annotations
+
+import json
+
+import attrs
+
+from tests.support.fake_provider import (
+    Script,
+    anthropic_text_script,
+    anthropic_tool_script,
+    chat_text_script,
+    chat_tool_script,
+    responses_text_script,
+    responses_tool_script,
+)
+
+Calls = list[tuple[str, str, str]]
+
+
+@attrs.frozen
+class Kind:
+    """One provider kind under test: the model that names it, its scripts, and where in a text
+    script the first output and the finish are (for cuts before and after them)."""
+
+    name: str
+    model: str
+    finish_marker: bytes  # in the chunk that finishes a text stream (finish, usage, stop)
+
+    def text(self, texts: list[str], *, delay_s: float = 0.0, think: str | None = None) -> Script:
+        if self.name == "anthropic":
+            thinking = [think] if think else []
+            return anthropic_text_script(texts, thinking=thinking, signature=_sig(think), delay_s=delay_s)
+        if self.name == "openai_responses":
+            return responses_text_script(texts, reasoning=[think] if think else [], encrypted=_sig(think),
+                                         delay_s=delay_s)  # fmt: skip
+        return chat_text_script(texts, reasoning=[think] if think else [], delay_s=delay_s)
+
+    def tools(self, calls: Calls, *, delay_s: float = 0.0, think: str | None = None) -> Script:
+        if self.name == "anthropic":
+            thinking = [think] if think else []
+            return anthropic_tool_script(calls, thinking=thinking, signature=_sig(think), delay_s=delay_s)
+        if self.name == "openai_responses":
+            return responses_tool_script(calls, reasoning=[think] if think else [], encrypted=_sig(think),
+                                         delay_s=delay_s)  # fmt: skip
+        return chat_tool_script(calls, delay_s=delay_s)
+
+    def first_output(self, script: Script, texts: list[str]) -> int:
+        """The index of the chunk carrying ``texts[0]`` first: what comes before it shows nothing."""
+        piece = json.dumps(texts[0])[1:-1].encode()
+        return next(i for i, chunk in enumerate(script.chunks) if piece in chunk)
+
+    def finish_at(self, script: Script) -> int:
+        return next(i for i, chunk in enumerate(script.chunks) if self.finish_marker in chunk)
+
+
+def _sig(think: str | None) -> str | None:
+    return None if think is None else f"sig-{think}"
+
+
+# A conversation's kind is fixed: conversation i runs on KINDS[i % 3].
+KINDS = (
+    Kind("openai_chat", "byok-demo", b'"finish_reason":"stop"'),
+    Kind("openai_responses", "byok-responses", b"response.completed"),
+    Kind("anthropic", "byok-anthropic", b"message_delta"),
+)
+MODELS = """
+[[providers]]
+id = "fake-responses"
+kind = "openai_responses"
+base_url = "{url}"
+api_key = "sk-test"
+
+[[providers]]
+id = "fake-anthropic"
+kind = "anthropic"
+base_url = "{url}"
+api_key = "sk-test"
+
+[[models]]
+id = "byok-responses"
+provider = "fake-responses"
+upstream_model = "gpt-test"
+context_tokens = 128000
+
+[[models]]
+id = "byok-anthropic"
+provider = "fake-anthropic"
+upstream_model = "claude-test"
+context_tokens = 128000
+"""
+
+
+def kind_of(conv: str) -> Kind:
+    """A conversation's kind: the loop's conversation i ("fi-conv-i") runs on KINDS[i % 3], any
+    other (the pinned tests') on Chat."""
+    index = conv.rsplit("-", 1)[-1]
+    return KINDS[int(index) % len(KINDS)] if conv.startswith("fi-conv-") and index.isdigit() else KINDS[0]
