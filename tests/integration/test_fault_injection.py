@@ -6,25 +6,29 @@ BYOK_FAULT_SEED / BYOK_FAULT_RUNS override): provider 5xx/429 (retried) and 400 
 (final), slow headers, truncated stream, invalid JSON, mid-stream disconnect (before output:
 retried; after: final), client dropping RunSSE (mid-run or just before the end frame, reconnecting
 in the grace; or past the grace), KV ACK missing or failed, cancel at a random point, preemption
-by a second run of the conversation, tool rounds with late and repeated Exec results, and a
-store that refuses every write from a random point of the run on (a full or read-only disk), a
-graceful restart of the daemon after a run, and its shutdown in the middle of one. On top, any
-run may post every BidiAppend twice, post appends out of order (a heartbeat at seqno n+1 before
-the message at n), or post its run_request before opening RunSSE.
+by a second run of the conversation, tool rounds with late and repeated Exec results, a store
+that refuses every write from a random point of the run on (a full or read-only disk), a
+graceful restart of the daemon after a run, its shutdown in the middle of one, and the edit of
+an earlier user message. On top, any run may post every BidiAppend twice, post appends out of
+order (a heartbeat at seqno n+1 before the message at n), or post its run_request before
+opening RunSSE. The six conversations run on the three provider kinds (Chat, Responses,
+Anthropic: tests/support/fault_kinds.py), some turns with reasoning to replay.
 
 Checked after every run, from SQLite (a second connection on the daemon's file) and from the
-FakeProvider's recorded requests:
+FakeProvider's recorded requests (tests/support/fault_checks.py):
   * exactly one terminal frame over all of the request's RunSSE streams, the expected one, and
     the run record agrees with it (status, error code);
-  * the conversation head only grows (no run branches here) and holds each committed final answer;
+  * the conversation head only grows (an edit keeps what precedes the edited message, which is
+    gone) and holds each committed final answer;
   * runtime event ids are unique, and a run that succeeded or failed committed its runtime
     message exactly once (a cancelled run at most once);
   * every tool result answers an earlier call, at most one result per call;
   * no provider request has a dangling tool call or a duplicated message, and consecutive
-    provider requests of a conversation extend each other (prefix property).
+    provider requests of a conversation extend each other (prefix property; an edit starts a
+    branch, and on Anthropic a user turn after an unanswered one joins its message).
 And once, at the end, from the daemon's own call records: every provider call of a conversation
 extends its previous one byte for byte, across the restarts too (where a turn's request starts
-from the history's stored render).
+from the history's stored render), the same two cases aside.
 
 Each client sends the last checkpoint it got with its next run_request, as Cursor does.
 """
@@ -116,6 +120,7 @@ FAULTS = {
     "store_refuses": 3,  # the disk refuses every write after the run's first 0-3: ends ok or internal
     "restart": 2,  # a turn, then a graceful restart: the next turns start from what the store kept
     "shutdown_mid_run": 2,  # the daemon stops while the run streams: it finishes in the grace or is cancelled
+    "edit": 3,  # an earlier user message sent again (its message_id), new text: the history branches
 }
 
 
@@ -295,6 +300,15 @@ async def run_plan(h: Harness, rng: random.Random, index: int) -> tuple[str, lis
             n.start_soon(lambda: drive(h, first, conv, f"{text} (first)", append_first=False))
             n.start_soon(second)
         return fault, [Expect(first, frozenset({"canceled", OK}), conv, None), expect]
+    elif fault == "edit":
+        held = {m.event_id for m in h.heads.get(conv, ())}
+        targets = [(mid, rid) for mid, rid in h.sent.get(conv, []) if f"run-request:{rid}" in held]
+        p.enqueue(k.text(answer, think=think))
+        message_id = None
+        if targets:
+            message_id, expect.edit_of = rng.choice(targets)
+            h.edit_texts.add(text)
+        await drive(h, client, conv, text, append_first=append_first, message_id=message_id)
     elif fault == "restart":
         p.enqueue(k.text(answer))
         await drive(h, client, conv, text, append_first=append_first)
@@ -353,6 +367,7 @@ async def test_fault_injection_loop(
     rng = random.Random(SEED)
     failures: list[str] = []
     faults: Counter[str] = Counter()
+    plans: dict[str, str] = {}  # request id -> its fault
     outcomes: Counter[str] = Counter()
     ok_runs = 0
     started = time.monotonic()
@@ -373,6 +388,7 @@ async def test_fault_injection_loop(
                     except trio.TooSlowError:
                         errors = [f"run {index} ({fault}) did not end within {RUN_TIMEOUT_S}s"]
                     faults[fault] += 1
+                    plans[f"fi-req-{index}"] = fault
                     provider.drop_unused()  # scripts a cancelled run never asked for
                     if errors:
                         failures += [f"run {index} [{fault}]: {err}" for err in errors]
@@ -380,9 +396,9 @@ async def test_fault_injection_loop(
                         ok_runs += 1
             await daemon.halt()  # its call records are all written now
     with sqlite3.connect(data_dir / DB_FILENAME) as db:
-        failures += check_call_records(db, h.merged_requests)
+        meter = check_call_records(db, h.edit_texts, plans)
+        failures += meter.errors
         renders = db.execute("SELECT count(*) FROM rendered_prefixes").fetchone()[0]
-        compared = db.execute("SELECT count(*) FROM llm_calls WHERE prefix_extends = 1").fetchone()[0]
     elapsed = time.monotonic() - started
     with capsys.disabled():
         print(
@@ -390,8 +406,9 @@ async def test_fault_injection_loop(
             f"terminals {dict(sorted(outcomes.items()))}; provider requests {len(provider.requests)} "
             f"({h.prefix_checks} prefix-checked, {h.tool_requests} carrying tool results); "
             f"{daemon.starts} daemon starts, {renders} stored renders, {len(used.records)} turns started "
-            f"from one; {compared} calls extend their previous one byte for byte, "
-            f"{len(h.merged_requests)} Anthropic calls merged a user turn into their last message"
+            f"from one; the meter compared {meter.compared} calls with their previous one: all extend it "
+            f"byte for byte but {meter.branched} edits' first calls and {meter.merged} Anthropic calls "
+            f"whose last message took the next user turn"
         )
         print(f"{RUNS} runs, {ok_runs} ok")
     assert not failures, "\n".join(failures[:40])

@@ -5,7 +5,6 @@ daemon's own byte-level prefix meter."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import sqlite3
@@ -63,6 +62,12 @@ async def check_run(h: Harness, expects: list[Expect]) -> list[str]:
     conv = expects[0].conv
     head = h.store.head(conv).messages
     before = h.heads.get(conv, ())
+    for e in expects:
+        if e.edit_of is not None:  # the history branched from the revision before the edited message
+            edited = f"run-request:{e.edit_of}"
+            before = before[: [m.event_id for m in before].index(edited)]
+            if any(m.event_id == edited for m in head):
+                errors.append(f"{e.client.rid}: the edited message {edited} is still in the head")
     if head[: len(before)] != before:
         errors.append(f"{conv}: the head lost or rewrote committed messages ({len(before)} -> {len(head)})")
     h.heads[conv] = head
@@ -74,6 +79,8 @@ async def check_run(h: Harness, expects: list[Expect]) -> list[str]:
         may_lack = got == "canceled" or (e.store_refused and got != OK)
         if got is not None and (n > 1 or (not may_lack and n != 1)):
             errors.append(f"{e.client.rid} ({got}): runtime message committed {n} times")
+        if got == OK:
+            h.sent.setdefault(conv, []).append((e.client.message_id, e.client.rid))
         if got == OK and e.final_text is not None:
             answers = [m.text for m in head if m.role == "assistant"]
             if e.final_text not in answers:
@@ -118,20 +125,16 @@ def check_provider_requests(h: Harness) -> list[str]:
         first = elements[first_user] if len(elements) > first_user else None
         key = "" if first is None else _dump(_user_blocks(first)[0] if "system" in body else first)
         if i in h.provider.unscripted:
-            # A cancelled run's request that arrived late: not part of the sequence, but the
-            # daemon's meter compares the next call with it.
-            h.late_request_of[key] = dumps
-            continue
-        late = h.late_request_of.pop(key, None)
-        if late is not None and "system" in body and _merges_into_last(late, dumps):
-            h.merged_requests.add(hashlib.sha256(requests[i].body).hexdigest())
+            continue  # a cancelled run's request that arrived late: not part of the sequence
         previous = h.last_request_of.get(key)
+        if previous is not None and _starts_a_branch(h.edit_texts, dumps, previous):
+            previous = None  # an edit's first request: the head's checks are its own
         h.tool_requests += has_results
         h.prefix_checks += previous is not None
         if previous is not None and "system" in body and _merges_into_last(previous, dumps):
             # Anthropic's roles alternate: a user turn after one that got no answer (a failed or
             # cancelled run) joins its message, as anthropic_request documents.
-            h.merged_requests.add(hashlib.sha256(requests[i].body).hexdigest())
+            pass
         elif previous is not None and dumps[: len(previous)] != previous:
             at = next(
                 (n for n, (a, b) in enumerate(zip(previous, dumps, strict=False)) if a != b), len(dumps)
@@ -162,28 +165,60 @@ class RenderUses(logging.Handler):
             self.records.append(record)
 
 
-def check_call_records(db: sqlite3.Connection, merged: set[str]) -> list[str]:
+@attrs.frozen
+class MeterCheck:
+    errors: list[str]
+    compared: int  # calls the meter compared with a previous one
+    merged: int  # Anthropic calls whose last message took the next user turn
+    branched: int  # edits' first calls
+
+
+def check_call_records(db: sqlite3.Connection, edit_texts: set[str], plans: dict[str, str]) -> MeterCheck:
     """The daemon's own prefix meter, byte for byte over the whole loop and across restarts:
-    every call of a conversation extends its previous one (no run here edits or branches), but
-    for the Anthropic requests whose last message took the next user turn (``merged``)."""
+    every call of a conversation extends its previous call (the meter's: even one cancelled
+    before the provider got it), but an edit's first call (its user message holds one of
+    ``edit_texts``), and an Anthropic call whose last message took the next user turn; both
+    told from the two bodies as stored. ``plans``: each request id's fault, for the errors."""
+    compared = db.execute("SELECT count(*) FROM llm_calls WHERE prefix_extends IS NOT NULL").fetchone()[0]
     rows = db.execute(
-        "SELECT id, request_id, conversation_id, common_prefix_messages, request_sha256 FROM llm_calls "
+        "SELECT id, request_id, conversation_id, common_prefix_messages FROM llm_calls "
         "WHERE prefix_extends = 0 ORDER BY id"
     ).fetchall()
-    errors = []
-    for i, rid, conv, common, sha in rows:
-        if sha in merged:
-            continue
+    errors: list[str] = []
+    merged = branched = 0
+    for i, rid, conv, common in rows:
         before = db.execute(
-            "SELECT id, request_id, status, error FROM llm_calls WHERE conversation_id = ? AND id < ? "
+            "SELECT id, request_id, status FROM llm_calls WHERE conversation_id = ? AND id < ? "
             "ORDER BY id DESC LIMIT 1",
             (conv, i),
         ).fetchone()
-        errors.append(
-            f"llm_calls {i} ({rid}, {conv}): does not extend its conversation's previous call "
-            f"({common} messages shared; the call before it: {before})"
-        )
-    return errors
+        now, was = _stored_elements(db, i), _stored_elements(db, before[0])
+        if now is not None and was is not None and _starts_a_branch(edit_texts, now[1], was[1]):
+            branched += 1
+        elif now is not None and was is not None and now[0] and _merges_into_last(was[1], now[1]):
+            merged += 1
+        else:
+            fault, before_fault = plans.get(rid.rstrip("a")), plans.get(before[1].rstrip("a"))
+            errors.append(
+                f"llm_calls {i} ({rid} [{fault}], {conv}): does not extend its conversation's previous "
+                f"call {before} [{before_fault}] ({common} messages shared)"
+            )
+    return MeterCheck(errors, compared, merged, branched)
+
+
+def _stored_elements(db: sqlite3.Connection, call_id: int) -> tuple[bool, list[str]] | None:
+    """Whether a stored call is an Anthropic one, and its history's elements, dumped."""
+    (body,) = db.execute("SELECT request_body FROM llm_call_bodies WHERE id = ?", (call_id,)).fetchone()
+    parsed = json.loads(body) if body else None
+    shape = _shape(parsed)
+    if shape is None:
+        return None
+    return "system" in parsed, [_dump(m) for m in shape[0]]
+
+
+def _starts_a_branch(edit_texts: set[str], dumps: list[str], previous: list[str]) -> bool:
+    """An edit's first request: its last element holds an edit's text the previous did not."""
+    return bool(dumps) and any(t in dumps[-1] and not any(t in d for d in previous) for t in edit_texts)
 
 
 Shape = tuple[list[dict[str, Any]], int, list[str], bool]

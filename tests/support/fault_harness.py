@@ -96,6 +96,7 @@ class Client:
     acked: set[bytes] = attrs.Factory(set)
     executor: WorkspaceExecutor | None = None  # its own: exec ids are numbered per request
     conv: str = ""  # the conversation, set when the request is driven
+    message_id: str = ""  # its user message's, set when the request is driven
     # The daemon may stop during this run: an append it can no longer take is not an error.
     server_may_stop: bool = False
     # The daemon this request runs on, even when the harness restarts it meanwhile.
@@ -294,8 +295,9 @@ class Harness:
     prefix_checks: int = 0
     tool_requests: int = 0
     last_request_of: dict[str, list[str]] = attrs.Factory(dict)  # conversation -> dumped messages
-    late_request_of: dict[str, list[str]] = attrs.Factory(dict)  # its last unscripted request
-    merged_requests: set[str] = attrs.Factory(set)  # SHA-256 of Anthropic bodies that merged their last
+    # conversation -> (message_id, request id) of each run that succeeded: what an edit may target
+    sent: dict[str, list[tuple[str, str]]] = attrs.Factory(dict)
+    edit_texts: set[str] = attrs.Factory(set)  # the user texts of edits: their first requests branch
     final_texts: dict[str, list[str]] = attrs.Factory(dict)  # conversation -> committed answers
     counter: itertools.count[int] = attrs.Factory(itertools.count)
     disk: Disk = attrs.Factory(Disk)
@@ -353,10 +355,13 @@ class Expect:
     # The store refused writes during the run: its runtime message may be missing after an
     # error, and its own record may not have been written.
     store_refused: bool = False
+    # An edit: the request id whose user message this run's (same message_id) replaces; the
+    # history branches from the revision before that message.
+    edit_of: str | None = None
 
 
-def run_request(h: Harness, conv: str, text: str) -> agent.AgentRunRequest:
-    message_id = f"m{next(h.counter)}"
+def run_request(h: Harness, conv: str, text: str, message_id: str | None = None) -> agent.AgentRunRequest:
+    message_id = message_id or f"m{next(h.counter)}"
     state = h.states.get(conv)
     model = kind_of(conv).model
     return user_turn(text, conversation_id=conv, model_id=model, message_id=message_id, state=state)
@@ -373,11 +378,14 @@ async def drive(
     drop_from: str | None = None,
     reconnect_after: float | None = None,
     during: Callable[[], Any] | None = None,
+    message_id: str | None = None,
 ) -> None:
     """Run one request: RunSSE and the run_request (in either order), an optional task alongside,
-    an optional drop of the stream and a reconnect after ``reconnect_after`` seconds."""
+    an optional drop of the stream and a reconnect after ``reconnect_after`` seconds.
+    ``message_id``: an earlier user message's, to edit it."""
     c.conv = conv
-    rr = run_request(h, conv, text)
+    rr = run_request(h, conv, text, message_id)
+    c.message_id = rr.action.user_message_action.user_message.message_id
     async with trio.open_nursery() as execs:
         async with trio.open_nursery() as n:
             ended = [False]
