@@ -396,7 +396,7 @@ async def test_fault_injection_loop(
                         ok_runs += 1
             await daemon.halt()  # its call records are all written now
     with sqlite3.connect(data_dir / DB_FILENAME) as db:
-        meter = check_call_records(db, h.edit_texts, plans)
+        meter = check_call_records(db, h.edit_texts, plans, h.arrivals)
         failures += meter.errors
         renders = db.execute("SELECT count(*) FROM rendered_prefixes").fetchone()[0]
     elapsed = time.monotonic() - started
@@ -407,8 +407,9 @@ async def test_fault_injection_loop(
             f"({h.prefix_checks} prefix-checked, {h.tool_requests} carrying tool results); "
             f"{daemon.starts} daemon starts, {renders} stored renders, {len(used.records)} turns started "
             f"from one; the meter compared {meter.compared} calls with their previous one: all extend it "
-            f"byte for byte but {meter.branched} edits' first calls and {meter.merged} Anthropic calls "
-            f"whose last message took the next user turn"
+            f"byte for byte but {meter.branched} edits' first calls, {meter.merged} Anthropic calls "
+            f"whose last message took the next user turn and {meter.unrecorded} after a request whose "
+            f"record the refusing disk lost"
         )
         print(f"{RUNS} runs, {ok_runs} ok")
     assert not failures, "\n".join(failures[:40])

@@ -5,6 +5,7 @@ daemon's own byte-level prefix meter."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import sqlite3
@@ -124,6 +125,7 @@ def check_provider_requests(h: Harness) -> list[str]:
         # on Anthropic by that message's first block: later user turns may join the message.
         first = elements[first_user] if len(elements) > first_user else None
         key = "" if first is None else _dump(_user_blocks(first)[0] if "system" in body else first)
+        h.arrivals.append((hashlib.sha256(requests[i].body).hexdigest(), key))
         if i in h.provider.unscripted:
             continue  # a cancelled run's request that arrived late: not part of the sequence
         previous = h.last_request_of.get(key)
@@ -171,21 +173,27 @@ class MeterCheck:
     compared: int  # calls the meter compared with a previous one
     merged: int  # Anthropic calls whose last message took the next user turn
     branched: int  # edits' first calls
+    unrecorded: int  # calls whose previous call's record was lost (the disk refused its write)
 
 
-def check_call_records(db: sqlite3.Connection, edit_texts: set[str], plans: dict[str, str]) -> MeterCheck:
+def check_call_records(
+    db: sqlite3.Connection, edit_texts: set[str], plans: dict[str, str], arrivals: list[tuple[str, str]]
+) -> MeterCheck:
     """The daemon's own prefix meter, byte for byte over the whole loop and across restarts:
     every call of a conversation extends its previous call (the meter's: even one cancelled
     before the provider got it), but an edit's first call (its user message holds one of
     ``edit_texts``), and an Anthropic call whose last message took the next user turn; both
-    told from the two bodies as stored. ``plans``: each request id's fault, for the errors."""
+    told from the two bodies as stored; and a call whose previous request to the provider
+    (``arrivals``: each body's SHA-256 and conversation key, in order) has no record, which the
+    store refused to write. ``plans``: each request id's fault, for the errors."""
     compared = db.execute("SELECT count(*) FROM llm_calls WHERE prefix_extends IS NOT NULL").fetchone()[0]
     rows = db.execute(
         "SELECT id, request_id, conversation_id, common_prefix_messages FROM llm_calls "
         "WHERE prefix_extends = 0 ORDER BY id"
     ).fetchall()
     errors: list[str] = []
-    merged = branched = 0
+    merged = branched = unrecorded = 0
+    recorded = {sha for (sha,) in db.execute("SELECT request_sha256 FROM llm_calls")}
     for i, rid, conv, common in rows:
         before = db.execute(
             "SELECT id, request_id, status FROM llm_calls WHERE conversation_id = ? AND id < ? "
@@ -193,7 +201,9 @@ def check_call_records(db: sqlite3.Connection, edit_texts: set[str], plans: dict
             (conv, i),
         ).fetchone()
         now, was = _stored_elements(db, i), _stored_elements(db, before[0])
-        if now is not None and was is not None and _starts_a_branch(edit_texts, now[1], was[1]):
+        if _lost_in_between(db, arrivals, recorded, before[0], i):
+            unrecorded += 1
+        elif now is not None and was is not None and _starts_a_branch(edit_texts, now[1], was[1]):
             branched += 1
         elif now is not None and was is not None and now[0] and _merges_into_last(was[1], now[1]):
             merged += 1
@@ -203,7 +213,22 @@ def check_call_records(db: sqlite3.Connection, edit_texts: set[str], plans: dict
                 f"llm_calls {i} ({rid} [{fault}], {conv}): does not extend its conversation's previous "
                 f"call {before} [{before_fault}] ({common} messages shared)"
             )
-    return MeterCheck(errors, compared, merged, branched)
+    return MeterCheck(errors, compared, merged, branched, unrecorded)
+
+
+def _lost_in_between(
+    db: sqlite3.Connection, arrivals: list[tuple[str, str]], recorded: set[str], before: int, call: int
+) -> bool:
+    """Whether the provider got a request of the call's conversation, between the two calls'
+    requests, that has no record."""
+    query = "SELECT request_sha256 FROM llm_calls WHERE id = ?"
+    (sha_before,), (sha,) = (db.execute(query, (n,)).fetchone() for n in (before, call))
+    at = max((n for n, (s, _) in enumerate(arrivals) if s == sha), default=None)
+    if at is None:
+        return False
+    key = arrivals[at][1]
+    start = max((n for n, (s, _) in enumerate(arrivals[:at]) if s == sha_before), default=-1)
+    return any(k == key and s not in recorded for s, k in arrivals[start + 1 : at])
 
 
 def _stored_elements(db: sqlite3.Connection, call_id: int) -> tuple[bool, list[str]] | None:

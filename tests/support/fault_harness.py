@@ -297,6 +297,7 @@ class Harness:
     last_request_of: dict[str, list[str]] = attrs.Factory(dict)  # conversation -> dumped messages
     # conversation -> (message_id, request id) of each run that succeeded: what an edit may target
     sent: dict[str, list[tuple[str, str]]] = attrs.Factory(dict)
+    arrivals: list[tuple[str, str]] = attrs.Factory(list)  # every provider request: (SHA-256, key)
     edit_texts: set[str] = attrs.Factory(set)  # the user texts of edits: their first requests branch
     final_texts: dict[str, list[str]] = attrs.Factory(dict)  # conversation -> committed answers
     counter: itertools.count[int] = attrs.Factory(itertools.count)
