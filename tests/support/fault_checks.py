@@ -158,6 +158,8 @@ def check_provider_requests(h: Harness) -> list[str]:
 
 
 class RenderUses(logging.Handler):
+    """Counts the turns that started from a stored render (byok.render's debug record)."""
+
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
         self.records: list[logging.LogRecord] = []
