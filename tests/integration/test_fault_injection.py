@@ -35,6 +35,7 @@ Each client sends the last checkpoint it got with its next run_request, as Curso
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -370,6 +371,7 @@ async def test_fault_injection_loop(
     failures: list[str] = []
     faults: Counter[str] = Counter()
     plans: dict[str, str] = {}  # request id -> its fault
+    laps: list[float] = []  # when every 500th run started
     outcomes: Counter[str] = Counter()
     ok_runs = 0
     started = time.monotonic()
@@ -379,6 +381,8 @@ async def test_fault_injection_loop(
             h.disk.patch(monkeypatch)
             with trio.fail_after(LOOP_BUDGET_S):
                 for index in range(RUNS):
+                    if index and index % 500 == 0:  # a run costs more as its conversation grows
+                        laps.append(time.monotonic())
                     errors: list[str] = []
                     fault = "?"
                     try:
@@ -413,6 +417,9 @@ async def test_fault_injection_loop(
             f"whose last message took the next user turn and {meter.unrecorded} after a request whose "
             f"record the refusing disk lost"
         )
+        if laps:
+            edges = [started, *laps, time.monotonic()]
+            print("seconds per 500 runs: " + ", ".join(f"{b - a:.0f}" for a, b in itertools.pairwise(edges)))
         print(f"{RUNS} runs, {ok_runs} ok")
     assert not failures, "\n".join(failures[:40])
 
