@@ -293,9 +293,7 @@ async def run_plan(h: Harness, rng: random.Random, index: int) -> tuple[str, lis
         seen = len(p.requests)
 
         async def second() -> None:
-            with trio.fail_after(5):
-                while len(p.requests) == seen:  # the first run's provider call is under way
-                    await trio.sleep(0.002)
+            await p.requested_since(seen)  # the first run's provider call is under way
             await trio.sleep(rng.uniform(0.0, 0.05))
             await drive(h, client, conv, f"{text} (second)", append_first=append_first)
 
@@ -329,9 +327,7 @@ async def run_plan(h: Harness, rng: random.Random, index: int) -> tuple[str, lis
         delay = rng.uniform(0.0, 0.15)
 
         async def stop_later() -> None:
-            with trio.fail_after(5):
-                while len(p.requests) == seen:  # the run's provider call is under way
-                    await trio.sleep(0.002)
+            await p.requested_since(seen)  # the run's provider call is under way
             await trio.sleep(delay)
             await h.restart()
 

@@ -64,6 +64,12 @@ class FaultProvider(FakeProvider):
             self.unscripted.add(len(self.requests) - 1)
         return await super()._respond(conn, stream, script)
 
+    async def requested_since(self, seen: int) -> None:
+        """Wait until a request beyond the first ``seen`` has arrived (5 s at most)."""
+        with trio.fail_after(5):
+            while len(self.requests) == seen:
+                await trio.sleep(0.002)
+
 
 def text_script(texts: list[str], *, delay_s: float = 0.0) -> Script:
     return chat_text_script(texts, delay_s=delay_s)

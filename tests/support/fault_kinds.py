@@ -4,6 +4,8 @@ fake provider serves them all, a conversation keeps one kind."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 
@@ -30,22 +32,23 @@ class Kind:
     finish_marker: bytes  # in the chunk that finishes a text stream (finish, usage, stop)
 
     def text(self, texts: list[str], *, delay_s: float = 0.0, think: str | None = None) -> Script:
-        if self.name == "anthropic":
-            thinking = [think] if think else []
-            return anthropic_text_script(texts, thinking=thinking, signature=_sig(think), delay_s=delay_s)
-        if self.name == "openai_responses":
-            return responses_text_script(texts, reasoning=[think] if think else [], encrypted=_sig(think),
-                                         delay_s=delay_s)  # fmt: skip
-        return chat_text_script(texts, reasoning=[think] if think else [], delay_s=delay_s)
+        return _TEXT[self.name](texts, delay_s=delay_s, **self._reasoning(think))
 
     def tools(self, calls: Calls, *, delay_s: float = 0.0, think: str | None = None) -> Script:
+        # Chat's tool script has no reasoning to give.
+        reasoning = self._reasoning(think) if self.name != "openai_chat" else {}
+        return _TOOLS[self.name](calls, delay_s=delay_s, **reasoning)
+
+    def _reasoning(self, think: str | None) -> dict[str, Any]:
+        """The script arguments of a reasoning ``think`` (with a signature, or encrypted content,
+        named after it where the kind replays one)."""
+        if think is None:
+            return {}
         if self.name == "anthropic":
-            thinking = [think] if think else []
-            return anthropic_tool_script(calls, thinking=thinking, signature=_sig(think), delay_s=delay_s)
+            return {"thinking": [think], "signature": f"sig-{think}"}
         if self.name == "openai_responses":
-            return responses_tool_script(calls, reasoning=[think] if think else [], encrypted=_sig(think),
-                                         delay_s=delay_s)  # fmt: skip
-        return chat_tool_script(calls, delay_s=delay_s)
+            return {"reasoning": [think], "encrypted": f"sig-{think}"}
+        return {"reasoning": [think]}
 
     def first_output(self, script: Script, texts: list[str]) -> int:
         """The index of the chunk carrying ``texts[0]`` first: what comes before it shows nothing."""
@@ -56,9 +59,16 @@ class Kind:
         return next(i for i, chunk in enumerate(script.chunks) if self.finish_marker in chunk)
 
 
-def _sig(think: str | None) -> str | None:
-    return None if think is None else f"sig-{think}"
-
+_TEXT: dict[str, Callable[..., Script]] = {
+    "openai_chat": chat_text_script,
+    "openai_responses": responses_text_script,
+    "anthropic": anthropic_text_script,
+}
+_TOOLS: dict[str, Callable[..., Script]] = {
+    "openai_chat": chat_tool_script,
+    "openai_responses": responses_tool_script,
+    "anthropic": anthropic_tool_script,
+}
 
 # A conversation's kind is fixed: conversation i runs on KINDS[i % 3].
 KINDS = (
