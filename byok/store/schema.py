@@ -16,7 +16,7 @@ from pathlib import Path
 from byok.store import call_bodies, lineage, rendered_prefixes, root_ids
 from byok.store.errors import StoreError
 
-SCHEMA_VERSION = 7
+SCHEMA_VERSION = 8
 
 # Usage columns shared by runs and llm_calls; NULL input_tokens means "no usage reported".
 USAGE_COLUMNS = (
@@ -152,6 +152,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     root_ids.V5,
     call_bodies.V6,
     rendered_prefixes.V7,
+    call_bodies.V8,
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
 

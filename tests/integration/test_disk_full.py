@@ -41,7 +41,7 @@ def turn(text: str, msg: str) -> Any:
     [("full", "database or disk is full"), ("read-only", "attempt to write a readonly database")],
 )
 async def test_a_database_that_cannot_be_written_fails_the_run_not_the_daemon(
-    daemon: Daemon, disk: dict[str, str], state: str, reason: str
+    daemon: Daemon, disk: dict[str, str], state: str, reason: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     daemon.provider.enqueue(chat_text_script(["first answer"]))
     assert (await daemon.sim.run("req-1", turn("hello", "m1"))).end_stream == {}
@@ -54,6 +54,15 @@ async def test_a_database_that_cannot_be_written_fails_the_run_not_the_daemon(
     assert "interaction_update.turn_ended" not in failed.kinds()
     assert len(daemon.provider.requests) == 1  # the message was not committed: no call
 
+    # The client has the end before the daemon records it: the disk comes back only once the
+    # daemon has tried, or it would take the record.
+    with trio.fail_after(10), SQLiteStore.open_in(daemon.data_dir) as store:
+        while not (
+            any("its end (error) could not be recorded" in r.getMessage() for r in caplog.records)
+            if state == "read-only"
+            else store.run("req-2") is not None
+        ):
+            await trio.sleep(0.01)
     disk["state"] = "ok"
     daemon.provider.enqueue(chat_text_script(["second answer"]))
     with trio.fail_after(10):  # the user sends the same message again

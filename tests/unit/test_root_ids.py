@@ -81,7 +81,7 @@ def test_a_version_4_database_gains_the_table_and_keeps_its_history(tmp_path: Pa
         store.finish_run("r", "success", 3, root_ids=[(head.messages[0].id, fake_id(7))])
         assert store.root_ids_at(head.revision_id) == {head.messages[0].id: fake_id(7)}
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION == 7
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION == 8
 
 
 # --- memory -------------------------------------------------------------------------------------
