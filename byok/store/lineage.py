@@ -15,22 +15,37 @@ V3: tuple[str, ...] = (
 )""",
 )
 
-_CHAIN = """WITH RECURSIVE chain(id, parent_id, message_count, depth) AS (
-    SELECT id, parent_id, message_count, 0 FROM revisions WHERE id = ?
+# Both walks stop at what they look for. Every append makes a revision, so a long conversation's
+# chain holds thousands: walking all of them and sorting by depth cost 8 ms at 5,000 revisions,
+# inside every user turn's first store trip. A revision's parent always holds fewer messages
+# (append needs at least one), so the count walk can stop once it is at or below the count.
+_ANCESTOR_SQL = """WITH RECURSIVE chain(id, parent_id, message_count) AS (
+    SELECT id, parent_id, message_count FROM revisions WHERE id = ?
     UNION ALL
-    SELECT r.id, r.parent_id, r.message_count, c.depth + 1
-    FROM revisions r JOIN chain c ON r.id = c.parent_id
-)"""
+    SELECT r.id, r.parent_id, r.message_count
+    FROM chain c JOIN revisions r ON r.id = c.parent_id
+    WHERE c.message_count > ?
+)
+SELECT id FROM chain WHERE message_count = ?"""
+
+# The nearest revision on the chain that recorded a turn list; the walk ends there.
+_TURNS_SQL = """WITH RECURSIVE chain(parent_id, turns) AS (
+    SELECT r.parent_id, t.turns
+    FROM revisions r LEFT JOIN revision_turns t ON t.revision_id = r.id WHERE r.id = ?
+    UNION ALL
+    SELECT r.parent_id, t.turns
+    FROM chain c JOIN revisions r ON r.id = c.parent_id
+    LEFT JOIN revision_turns t ON t.revision_id = r.id
+    WHERE c.turns IS NULL
+)
+SELECT turns FROM chain WHERE turns IS NOT NULL"""
 
 
 def ancestor_with_count(conn: sqlite3.Connection, revision_id: int | None, count: int) -> int | None:
     """The revision on ``revision_id``'s chain whose history has exactly ``count`` messages."""
     if count == 0 or revision_id is None:
         return None
-    row = conn.execute(
-        _CHAIN + " SELECT id FROM chain WHERE message_count = ? ORDER BY depth LIMIT 1",
-        (revision_id, count),
-    ).fetchone()
+    row = conn.execute(_ANCESTOR_SQL, (revision_id, count, count)).fetchone()
     if row is None:
         raise LookupError(f"no ancestor of revision {revision_id} has {count} messages")
     return int(row[0])
@@ -40,11 +55,7 @@ def turns_at(conn: sqlite3.Connection, revision_id: int | None) -> tuple[bytes, 
     """The turn list recorded at the nearest revision on the chain (failed runs record none)."""
     if revision_id is None:
         return ()
-    row = conn.execute(
-        _CHAIN + " SELECT t.turns FROM chain c JOIN revision_turns t ON t.revision_id = c.id"
-        " ORDER BY c.depth LIMIT 1",
-        (revision_id,),
-    ).fetchone()
+    row = conn.execute(_TURNS_SQL, (revision_id,)).fetchone()
     if row is None:
         return ()
     data = bytes(row[0])
