@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from byok.store import SQLiteStore, call_bodies, schema
+from tests.support.vm_steps import vm_steps
 
 INSERT = (
     "INSERT INTO llm_calls (id, request_id, conversation_id, provider_id, model, request_body,"
@@ -100,38 +101,20 @@ def test_every_row_is_what_full_body_rebuilds(data: st.DataObject) -> None:
         assert view(conn, row_id) == rebuilt(conn, row_id)
 
 
-def steps(conn: sqlite3.Connection, query: str, *args: object) -> int:
-    """SQLite VM instructions (in hundreds) the query runs: what it reads, without a clock."""
-    count = 0
-
-    def tick() -> int:
-        nonlocal count
-        count += 1
-        return 0
-
-    conn.set_progress_handler(tick, 100)
-    try:
-        conn.execute(query, args).fetchall()
-    finally:
-        conn.set_progress_handler(None, 0)
-    return count
-
-
 def test_a_lookup_reads_only_its_own_chain() -> None:
     conn = database()
     body = b"x" * 5000
     add(conn, 1, body)
     for row_id in range(2, 6):
         add(conn, row_id, b"+%d" % row_id, row_id - 1, 5000 + 2 * (row_id - 2))
-    lookup = "SELECT request_body FROM llm_call_bodies WHERE id = ?"
-    alone = steps(conn, lookup, 5)
+    alone = vm_steps(conn, lambda: view(conn, 5))
     # 300 calls of other conversations, chained too: a body's lookup does not touch them.
     for row_id in range(100, 400):
         if row_id % 10 == 0:
             add(conn, row_id, body, conversation=f"o{row_id // 10}")
         else:
             add(conn, row_id, b"+", row_id - 1, 5000 + row_id % 10 - 1, conversation=f"o{row_id // 10}")
-    assert steps(conn, lookup, 5) == alone
+    assert vm_steps(conn, lambda: view(conn, 5)) == alone
     assert view(conn, 5) == body + b"+2+3+4+5"
 
 

@@ -3,7 +3,6 @@ a given number of messages, and walks that stop there however long the chain is.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from byok.model.messages import Message
 from byok.store import SQLiteStore
 from byok.store.errors import StoreError
+from tests.support.vm_steps import vm_steps
 
 
 def user(text: str) -> Message:
@@ -67,34 +67,17 @@ def test_the_ancestor_with_a_count(tmp_path: Path) -> None:
             store.ancestor_with_count(branch, 6)  # r[2] is on the other branch
 
 
-def vm_steps(store: SQLiteStore, query: Callable[[], object]) -> int:
-    """SQLite VM instructions (in hundreds) ``query`` runs: how much it reads, without a clock."""
-    conn = store._conn
-    assert conn is not None
-    count = 0
-
-    def tick() -> int:
-        nonlocal count
-        count += 1
-        return 0
-
-    conn.set_progress_handler(tick, 100)
-    try:
-        query()
-    finally:
-        conn.set_progress_handler(None, 0)
-    return count
-
-
 def test_the_walks_stop_at_what_they_look_for(tmp_path: Path) -> None:
     with SQLiteStore.open_in(tmp_path) as store:
+        conn = store._conn
+        assert conn is not None
         steps = {}
         for name, length in (("short", 10), ("long", 2000)):
             r = grow(store, name, length)
             store.save_turns(name, r[-3], turn(7))
             steps[name] = (
-                vm_steps(store, lambda r=r: store.turns_at(r[-1])),  # type: ignore[misc]
-                vm_steps(store, lambda r=r: store.ancestor_with_count(r[-1], len(r) - 3)),  # type: ignore[misc]
+                vm_steps(conn, lambda r=r: store.turns_at(r[-1])),  # type: ignore[misc]
+                vm_steps(conn, lambda r=r: store.ancestor_with_count(r[-1], len(r) - 3)),  # type: ignore[misc]
             )
             assert store.turns_at(r[-1]) == turn(7)
             assert store.ancestor_with_count(r[-1], len(r) - 3) == r[-4]
