@@ -48,6 +48,10 @@ def test_the_nearest_recorded_turn_list_on_the_chain(tmp_path: Path) -> None:
         store.move_head("c", head.version, r[2], 1)
         (branch,) = grow(store, "c", 1)
         assert store.turns_at(branch) == turn(1)
+        # An empty list recorded nearer hides an older one, as any recorded list does.
+        store.save_turns("c", branch, ())
+        (after,) = grow(store, "c", 1)
+        assert store.turns_at(after) == ()
 
 
 def test_the_ancestor_with_a_count(tmp_path: Path) -> None:
