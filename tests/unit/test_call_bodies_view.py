@@ -20,11 +20,12 @@ INSERT = (
 )
 
 
-def database(version: int = schema.SCHEMA_VERSION) -> sqlite3.Connection:
-    conn = sqlite3.connect(":memory:", isolation_level=None)
+def database(version: int = schema.SCHEMA_VERSION, path: Path | str = ":memory:") -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None)
     for statements in schema.MIGRATIONS[:version]:
         for statement in statements:
             conn.execute(statement)
+    conn.execute(f"PRAGMA user_version = {version}")
     return conn  # foreign keys off: damaged chains can be written, as in a damaged file
 
 
@@ -120,11 +121,7 @@ def test_a_lookup_reads_only_its_own_chain() -> None:
 
 def test_a_version_7_database_gets_the_view(tmp_path: Path) -> None:
     path = tmp_path / "db.sqlite3"
-    conn = sqlite3.connect(path, isolation_level=None)
-    for statements in schema.MIGRATIONS[:7]:
-        for statement in statements:
-            conn.execute(statement)
-    conn.execute("PRAGMA user_version = 7")
+    conn = database(7, path)
     add(conn, 1, b"0123456789")
     add(conn, 2, b"abc", 1, 4)
     add(conn, 3, b"tail", 2, 99)  # made up: version 7's view gave 0123abctail
