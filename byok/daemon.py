@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 
 import trio
 
+from byok import fd_limit
 from byok.config import Config, ConfigError
 from byok.cursor import proto_decode
 from byok.cursor.prompting import default_prompt_root, load_prompt_assets
@@ -98,6 +99,7 @@ async def run_daemon(
     stop accepting runs, let active runs finish within shutdown_grace_s, cancel the rest, return."""
     # Every protobuf class's metadata now (~50-90 ms), not on the first turn's path (47 ms there).
     proto_decode.prime([agent, aiserver])
+    fd_limit.raise_fd_limit()  # each connection is a descriptor; macOS starts at 256
     root = default_prompt_root()
     prompts = load_prompt_assets(root)
     catalog = load_tool_catalog(root)

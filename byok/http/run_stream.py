@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -32,8 +33,15 @@ log = logging.getLogger("byok.http")
 
 # Frames already queued are coalesced into one write up to this size.
 MAX_WRITE_BYTES = 256 * 1024
-# How long a RunSSE waits for the run_request that decides whether byok runs it.
-DECISION_TIMEOUT_S = 300.0
+# How long a RunSSE waits for the run_request that decides whether byok runs it. Cursor posts
+# the RunSSE and its first BidiAppend together, over loopback (byok binds nothing else): the
+# append lands within milliseconds, a run_request at max_body_bytes within a second or two. 30 s
+# is ample for a busy machine, and bounds what a stream whose run_request never comes holds (a
+# socket, a descriptor); it was 300 s.
+DECISION_TIMEOUT_S = 30.0
+# At most this many RunSSE streams wait for their run_request at once; past it, a RunSSE is
+# refused at once. One Cursor has one or two per turn in flight, a few at most across windows.
+MAX_UNDECIDED_STREAMS = 64
 
 
 async def _watch_disconnect(receive: Receive, scope: trio.CancelScope) -> None:
@@ -62,6 +70,7 @@ class RunStreams:
         self.max_body = config.server.max_body_bytes
         self._append = append
         self.streams = 0  # RunSSE / Run responses currently writing frames
+        self.undecided: Counter[str] = Counter()  # RunSSE streams waiting for their run_request, per id
         self._streams_idle = trio.Event()
         self._streams_idle.set()
 
@@ -104,17 +113,63 @@ class RunStreams:
         slot = self.registry.get_or_create(rid)
         slot.runsse_open = True
         if slot.kind == "unknown":
-            # The first BidiAppend (the run_request) decides local or relayed; wait for it.
-            with trio.move_on_after(DECISION_TIMEOUT_S):
-                await slot.decided.wait()
-            if slot.kind == "unknown":
-                err = ConnectError("deadline_exceeded", "no run_request arrived for this RunSSE")
+            err = await self._await_decision(slot, receive)
+            if err is not None:
+                log.warning("request %s: RunSSE ended: %s", rid, err)
                 await send({"type": "http.response.body", "body": end_stream_error(err), "more_body": False})
                 return
         if slot.kind == "relay":
             await self.forward.relay_stream_body(scope, body, send)
             return
         await self._stream_frames(slot, receive, send)
+
+    async def _await_decision(self, slot: RunSlot, receive: Receive) -> ConnectError | None:
+        """Until the first BidiAppend (the run_request) decides local or relayed. A client that
+        leaves first is let go at once (ClientGone): it held a socket, and its descriptor, for
+        the whole timeout. Past MAX_UNDECIDED_STREAMS waiting, refused without a wait."""
+        rid = slot.request_id
+        if self.undecided.total() >= MAX_UNDECIDED_STREAMS:
+            self._forget_undecided(slot)
+            return ConnectError(
+                "resource_exhausted",
+                f"{MAX_UNDECIDED_STREAMS} RunSSE streams are already waiting for their run_request",
+            )
+        gone = False
+
+        async def watch(nursery: trio.Nursery) -> None:
+            nonlocal gone
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone = True
+            nursery.cancel_scope.cancel()
+
+        self.undecided[rid] += 1
+        try:
+            with trio.move_on_after(DECISION_TIMEOUT_S):
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(watch, nursery)
+                    await slot.decided.wait()
+                    nursery.cancel_scope.cancel()
+        finally:
+            self.undecided[rid] -= 1
+            if not self.undecided[rid]:
+                del self.undecided[rid]
+        if gone:
+            # Its disconnect is consumed: no later stage could see the client go. A run the
+            # same moment decided is left to the reconnect grace, as a dropped stream's is.
+            if slot.kind == "agent" and not slot.closed:
+                self.nursery.start_soon(self._grace, slot)
+            self._forget_undecided(slot)
+            raise ClientGone
+        if slot.kind == "unknown":
+            self._forget_undecided(slot)
+            return ConnectError("deadline_exceeded", "no run_request arrived for this RunSSE")
+        return None
+
+    def _forget_undecided(self, slot: RunSlot) -> None:
+        """An undecided slot no RunSSE waits on any more is dropped (it held no run)."""
+        if slot.kind == "unknown" and not self.undecided[slot.request_id]:
+            self.registry.remove(slot.request_id, slot)
 
     async def _stream_frames(
         self, slot: RunSlot, receive: Receive, send: Send, *, client_messages: bool = False
