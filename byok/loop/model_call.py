@@ -2,6 +2,10 @@
 
 Only ``Done`` produces a message (invariant 4): partial deltas are UI only. The caller
 passes a monotonic time with each event so thinking duration is measured without a clock.
+
+``CallFold`` is a frozen value (the turn machine keeps it in its state): each ``handle``
+returns the next fold and the emits. Text and thinking are kept as chains of chunks, so a
+delta costs the same whatever came before it; they are joined once, at ``result``.
 """
 
 from __future__ import annotations
@@ -36,117 +40,149 @@ class ModelCallResult:
     thinking_duration_ms: int
 
 
-@attrs.define
-class _OpenCall:
+# A chain of text chunks, newest first: (rest, chunk). Appending shares everything before it.
+Chunks = tuple["Chunks", str] | None
+
+
+def _join(chunks: Chunks) -> str:
+    parts: list[str] = []
+    while chunks is not None:
+        chunks, part = chunks
+        parts.append(part)
+    parts.reverse()
+    return "".join(parts)
+
+
+@attrs.frozen
+class OpenCall:
+    index: int
     call_id: str
     name: str
-    args: list[str] = attrs.Factory(list)
-    complete: str | None = None
+    complete: str | None = None  # the arguments ToolCallEnded gave
 
 
-@attrs.define
-class ModelCall:
+@attrs.frozen
+class CallFold:
     model_call_id: str
-    _text: list[str] = attrs.Factory(list)
-    _thinking: list[str] = attrs.Factory(list)
-    _thinking_first: float | None = None
-    _thinking_last: float | None = None
-    _thinking_done: bool = False
-    _calls: dict[int, _OpenCall] = attrs.Factory(dict)
-    _usage: Usage | None = None
-    _done: ev.Done | None = None
+    text: Chunks = None
+    thinking: Chunks = None
+    thinking_first: float | None = None
+    thinking_last: float | None = None
+    thinking_done: bool = False
+    calls: tuple[OpenCall, ...] = ()  # in start order
+    usage: Usage | None = None
+    done: ev.Done | None = None
 
     @property
     def thinking_duration_ms(self) -> int:
-        if self._thinking_first is None or self._thinking_last is None:
+        if self.thinking_first is None or self.thinking_last is None:
             return 0
         # Cursor shows "thought for 0s" as a broken card; report at least 1 ms.
-        return max(1, round((self._thinking_last - self._thinking_first) * 1000))
+        return max(1, round((self.thinking_last - self.thinking_first) * 1000))
 
-    def handle(self, event: ev.ModelEvent, now_s: float) -> list[Emit]:
-        if self._done is not None:
+    def handle(self, event: ev.ModelEvent, now_s: float) -> tuple[CallFold, list[Emit]]:
+        if self.done is not None:
             raise ModelProtocolError(f"event after Done: {type(event).__name__}")
         match event:
             case ev.Started():
-                return []
+                return self, []
             case ev.TextDelta(text=text):
-                out = self._close_thinking(now_s)
-                self._text.append(text)
-                return [*out, TextOut(text)]
+                fold, out = self._close_thinking(now_s)
+                return attrs.evolve(fold, text=(fold.text, text)), [*out, TextOut(text)]
             case ev.ThinkingDelta(text=text):
-                if self._thinking_done:
-                    # A second reasoning phase (interleaved thinking) reopens the card.
-                    self._thinking_done = False
-                if self._thinking_first is None:
-                    self._thinking_first = now_s
-                self._thinking_last = now_s
-                self._thinking.append(text)
-                return [ThinkingOut(text)]
+                # A second reasoning phase (interleaved thinking) reopens the card.
+                first = now_s if self.thinking_first is None else self.thinking_first
+                fold = attrs.evolve(
+                    self,
+                    thinking=(self.thinking, text),
+                    thinking_first=first,
+                    thinking_last=now_s,
+                    thinking_done=False,
+                )
+                return fold, [ThinkingOut(text)]
             case ev.ThinkingEnded():
                 return self._close_thinking(now_s)
             case ev.ToolCallStarted(index=index, call_id=call_id, name=name):
-                if index in self._calls:
+                if any(c.index == index for c in self.calls):
                     raise ModelProtocolError(f"tool call index {index} started twice")
-                if any(c.call_id == call_id for c in self._calls.values()):
+                if any(c.call_id == call_id for c in self.calls):
                     # Results are matched to calls by id: a round with two calls of one id
                     # could never complete (its run would wait for the second result forever).
                     raise ModelProtocolError(f"tool call id {call_id!r} used by two calls")
-                out = self._close_thinking(now_s)
-                self._calls[index] = _OpenCall(call_id, name)
-                return [*out, ToolCallOpened(call_id, name, self.model_call_id)]
+                fold, out = self._close_thinking(now_s)
+                fold = attrs.evolve(fold, calls=(*fold.calls, OpenCall(index, call_id, name)))
+                return fold, [*out, ToolCallOpened(call_id, name, self.model_call_id)]
             case ev.ToolCallArgsDelta(index=index, delta=delta):
                 call = self._call(index)
-                call.args.append(delta)
-                return [ToolArgsOut(call.call_id, call.name, delta, self.model_call_id)]
+                return self, [ToolArgsOut(call.call_id, call.name, delta, self.model_call_id)]
             case ev.ToolCallEnded(index=index, arguments=arguments):
-                self._call(index).complete = arguments
-                return []
+                call = self._call(index)
+                calls = tuple(
+                    attrs.evolve(c, complete=arguments) if c is call else c for c in self.calls
+                )
+                return attrs.evolve(self, calls=calls), []
             case ev.UsageReported(usage=usage):
-                if self._usage is not None:
+                if self.usage is not None:
                     raise ModelProtocolError("a second usage report in one provider call")
-                self._usage = usage
-                return [TokensOut(usage.output_tokens)]
+                return attrs.evolve(self, usage=usage), [TokensOut(usage.output_tokens)]
             case ev.Done():
-                if self._usage is None:
+                if self.usage is None:
                     raise ModelProtocolError("Done without a usage report")
-                if event.reason == "tool_use" and not self._calls:
+                if event.reason == "tool_use" and not self.calls:
                     raise ModelProtocolError("Done(tool_use) without tool calls")
-                if event.reason == "stop" and self._calls:
+                if event.reason == "stop" and self.calls:
                     raise ModelProtocolError("Done(stop) with tool calls")
-                if any(c.complete is None for c in self._calls.values()):
+                if any(c.complete is None for c in self.calls):
                     raise ModelProtocolError("Done with an unfinished tool call")
-                out = self._close_thinking(now_s)
-                self._done = event
-                return out
+                fold, out = self._close_thinking(now_s)
+                return attrs.evolve(fold, done=event), out
         raise ModelProtocolError(f"unknown model event {event!r}")
 
     def result(self) -> ModelCallResult:
-        if self._done is None or self._usage is None:
+        if self.done is None or self.usage is None:
             raise ModelProtocolError("provider call has not finished")
         calls = tuple(
-            ToolCall(c.call_id, c.name, join_surrogates(c.complete or ""), index)
-            for index, c in sorted(self._calls.items())
+            ToolCall(c.call_id, c.name, join_surrogates(c.complete or ""), c.index)
+            for c in sorted(self.calls, key=lambda c: c.index)
         )
-        replay: ReplayState | None = self._done.replay
+        replay: ReplayState | None = self.done.replay
         message = Message(
             role="assistant",
             origin="assistant",
-            text=join_surrogates("".join(self._text)),
-            thinking=join_surrogates("".join(self._thinking)),
+            text=join_surrogates(_join(self.text)),
+            thinking=join_surrogates(_join(self.thinking)),
             replay=replay,
             tool_calls=calls,
             model_call_id=self.model_call_id,
         )
-        return ModelCallResult(message, self._usage, self._done.reason, self.thinking_duration_ms)
+        return ModelCallResult(message, self.usage, self.done.reason, self.thinking_duration_ms)
 
-    def _call(self, index: int) -> _OpenCall:
-        try:
-            return self._calls[index]
-        except KeyError:
-            raise ModelProtocolError(f"tool call index {index} was never started") from None
+    def _call(self, index: int) -> OpenCall:
+        for call in self.calls:
+            if call.index == index:
+                return call
+        raise ModelProtocolError(f"tool call index {index} was never started")
 
-    def _close_thinking(self, now_s: float) -> list[Emit]:
-        if self._thinking_first is None or self._thinking_done:
-            return []
-        self._thinking_done = True
-        return [ThinkingDone(self.thinking_duration_ms)]
+    def _close_thinking(self, now_s: float) -> tuple[CallFold, list[Emit]]:
+        if self.thinking_first is None or self.thinking_done:
+            return self, []
+        fold = attrs.evolve(self, thinking_done=True)
+        return fold, [ThinkingDone(fold.thinking_duration_ms)]
+
+
+class ModelCall:
+    """A ``CallFold`` kept in one place, for callers that fold a call on their own."""
+
+    def __init__(self, model_call_id: str) -> None:
+        self.fold = CallFold(model_call_id)
+
+    @property
+    def thinking_duration_ms(self) -> int:
+        return self.fold.thinking_duration_ms
+
+    def handle(self, event: ev.ModelEvent, now_s: float) -> list[Emit]:
+        self.fold, emits = self.fold.handle(event, now_s)
+        return emits
+
+    def result(self) -> ModelCallResult:
+        return self.fold.result()

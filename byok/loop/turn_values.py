@@ -1,0 +1,237 @@
+"""The turn machine's values: what it is told (inputs), what it asks for (commands), how a run
+ends (outcomes) and the turn's steps. All frozen; the machine itself is loop/turn.py.
+
+Cursor's own types stay out: a tool's result travels as ``result`` (opaque here: the run layer
+keeps the typed card in it) with the canonical string the model sees.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import attrs
+
+from byok.loop.emits import Emit
+from byok.model import events as ev
+from byok.model.messages import Message, ToolCall
+from byok.model.usage import Usage
+
+# --- outcomes ---------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Succeeded:
+    pass
+
+
+@attrs.frozen
+class Canceled:
+    pass
+
+
+@attrs.frozen
+class Failed:
+    code: str  # a Connect error code
+    message: str
+    provider: bool = False  # a provider's failure: the client shows it as the provider's error
+
+
+Outcome = Succeeded | Canceled | Failed
+
+# --- steps of the turn (what its checkpoints list) ---------------------------------------------
+
+
+@attrs.frozen
+class ThinkingStep:
+    text: str
+    duration_ms: int
+
+
+@attrs.frozen
+class AnswerStep:
+    text: str
+
+
+@attrs.frozen
+class ToolStep:
+    call_id: str
+    result: object  # the tool's result with its card (run layer's), opaque here
+
+
+Step = ThinkingStep | AnswerStep | ToolStep
+
+# --- checkpoints to publish -------------------------------------------------------------------
+
+
+@attrs.frozen
+class StagedCheckpoint:
+    """A round's staged checkpoint: the assistant with its calls travels inline, uncommitted."""
+
+    assistant: Message
+    steps: tuple[Step, ...]
+
+
+@attrs.frozen
+class SettledCheckpoint:
+    """Every committed message is a root: the round is complete."""
+
+    steps: tuple[Step, ...]
+
+
+@attrs.frozen
+class FinalCheckpoints:
+    """The turn's end: turn_ended, staged, settled, settled again. ``answer`` None: the answer
+    was committed by an earlier run (a resume from the turn-end staged checkpoint)."""
+
+    steps: tuple[Step, ...]
+    answer: Message | None
+    usage: Usage | None
+
+
+@attrs.frozen
+class ResultBlobs:
+    """A tool result's blobs, SET ahead of its commit: its root, its step (a tool with a card),
+    and with the round's last result the turn's structure over ``settled_steps``."""
+
+    message: Message
+    step: ToolStep | None
+    settled_steps: tuple[Step, ...] | None
+
+
+Ahead = StagedCheckpoint | FinalCheckpoints | ResultBlobs
+
+# --- inputs ------------------------------------------------------------------------------------
+
+Start = Literal["call", "tools", "final"]
+
+
+@attrs.frozen
+class Begin:
+    """The start point is committed: what the run does first, and what it may offer."""
+
+    request_id: str
+    mode: str
+    start: Start  # call the model / run a staged round again / publish the final checkpoints
+    offered: frozenset[str]  # the tools the model was offered in this mode
+    carded: frozenset[str]  # of those, the ones Cursor draws a card for
+    known: frozenset[str]  # every tool byok has (to tell "unknown" from "not in this mode")
+    staged: Message | None = None  # start == "tools": the staged round's assistant
+
+
+@attrs.frozen
+class ModelEvents:
+    events: tuple[ev.ModelEvent, ...]
+    now_s: float  # monotonic, for the thinking card's duration
+
+
+@attrs.frozen
+class ModelEnded:
+    """The provider stream ended cleanly (retries and all)."""
+
+
+@attrs.frozen
+class ModelFailed:
+    failure: Failed
+
+
+@attrs.frozen
+class ToolDone:
+    call_id: str
+    content: str  # what the model sees
+    is_error: bool
+    result: object  # the card (opaque here)
+
+
+@attrs.frozen
+class Committed:
+    pass
+
+
+@attrs.frozen
+class Published:
+    kind: Literal["staged", "settled", "final"]
+
+
+@attrs.frozen
+class Fault:
+    """An effect failed (the store, a blob SET, the start point, a bug): the run ends with it."""
+
+    failure: Failed
+
+
+@attrs.frozen
+class Cancel:
+    pass
+
+
+Input = Begin | ModelEvents | ModelEnded | ModelFailed | ToolDone | Committed | Published | Fault | Cancel
+
+# --- commands ----------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class CallModel:
+    """Render the committed history and stream it. ``gated``: the last round's settled checkpoint
+    is still being published; nothing of this call may reach the client before it."""
+
+    model_call_id: str
+    gated: bool = False
+
+
+@attrs.frozen
+class Show:
+    emit: Emit
+
+
+@attrs.frozen
+class Flush:
+    """Let the stream writer put what is queued on the wire before the next CPU-heavy step."""
+
+
+@attrs.frozen
+class Commit:
+    """Append ``messages`` to the history; ``ahead``: blobs to SET before the commit, so the
+    client ACKs them while the store writes."""
+
+    messages: tuple[Message, ...]
+    ahead: Ahead | None = None
+
+
+@attrs.frozen
+class Publish:
+    checkpoint: StagedCheckpoint | SettledCheckpoint | FinalCheckpoints
+
+
+@attrs.frozen
+class RunTools:
+    """Dispatch the round's calls in call order; ``refused`` (call id, error text) get that
+    error as their result and are never executed."""
+
+    model_call_id: str
+    calls: tuple[ToolCall, ...]
+    refused: tuple[tuple[str, str], ...] = ()
+
+
+@attrs.frozen
+class ShowToolDone:
+    """A committed result's completed card."""
+
+    call_id: str
+    result: object
+    model_call_id: str
+
+
+@attrs.frozen
+class CallUsage:
+    """A provider call's usage: the context meter's latest reading."""
+
+    usage: Usage
+
+
+@attrs.frozen
+class End:
+    outcome: Outcome
+    usage: Usage | None
+
+
+Command = CallModel | Show | Flush | Commit | Publish | RunTools | ShowToolDone | CallUsage | End
