@@ -222,7 +222,7 @@ def test_tool_use_commits_the_assistant_with_its_staged_checkpoint_then_publishe
 
 
 def test_results_commit_one_at_a_time_in_completion_order() -> None:
-    s, assistant = at_tools(("c1", "Read"), ("c2", "Grep"))
+    s, _ = at_tools(("c1", "Read"), ("c2", "Grep"))
     s, out = transition(s, done("c2", "two"))
     (commit,) = out
     assert commit.messages[0].tool_call_id == "c2" and commit.messages[0].completion_seq == 1
@@ -255,9 +255,8 @@ def test_a_repeated_or_foreign_result_is_ignored() -> None:
 
 def test_a_tool_the_run_did_not_offer_is_refused_never_run() -> None:
     begin = attrs.evolve(BEGIN, mode="ask", offered=frozenset({"Read"}), carded=frozenset({"Read"}))
-    s0, _ = run(
-        TurnState(), begin, tool_call(("c1", "Write"), ("c2", "Read"), ("c3", "Nope")), ModelEnded(), Committed()
-    )
+    calls = tool_call(("c1", "Write"), ("c2", "Read"), ("c3", "Nope"))
+    s0, _ = run(TurnState(), begin, calls, ModelEnded(), Committed())
     s, out = transition(s0, Published("staged"))
     assert s.round is not None
     assert out == [
