@@ -15,6 +15,7 @@ from byok.cursor.request import RunRequestError, RunStart, parse_run_request
 from byok.http.asgi import ClientGone, Receive, Scope, Send, respond_json
 from byok.http.bidi_append import BidiAppends
 from byok.http.connect_envelope import ConnectError, end_stream_error
+from byok.http.forwarder import refused_target
 from byok.http.model_list import ModelListRoutes
 from byok.http.offline import OfflineAnswers, UpstreamHealth
 from byok.http.run_stream import RunStreams
@@ -82,6 +83,8 @@ class App:
             await self._lifespan(receive, send)
             return
         if scope["type"] != "http":
+            return
+        if await refused_target(scope, send):  # before routing: no handler sees a non-path target
             return
         path = scope["path"]
         method = scope["method"]

@@ -4,6 +4,9 @@ Bytes pass through untouched in both directions: no decompression, no re-chunkin
 what the transports do, status codes (including 4xx/5xx) as upstream sent them. Only the
 hop-by-hop headers that describe one TCP connection are dropped.
 
+Only an origin-form target (``/path?query``) is relayed, and only to the configured upstream
+(or the proxied host): anything else is a 400 before any connection is made.
+
 Limitation: the upstream leg is httpx over HTTP/1.1, and httpcore writes the whole request
 body before it reads the response. Each direction streams without buffering, but a request
 never sees response bytes while its own body is still being sent (no full-duplex).
@@ -11,7 +14,9 @@ never sees response bytes while its own body is still being sent (no full-duplex
 
 from __future__ import annotations
 
+import functools
 import logging
+import re
 import time
 from collections.abc import AsyncIterator
 from urllib.parse import quote
@@ -20,6 +25,7 @@ import attrs
 import httpx
 import trio
 
+from byok.http.asgi import respond_connect_error
 from byok.http.connect_envelope import ConnectError, end_stream_error, unary_error_body
 from byok.http.proxy import upstream_for
 from byok.http.serve import Receive, Scope, Send
@@ -43,6 +49,8 @@ _HOP_BY_HOP = frozenset(
 _REQUEST_ONLY_DROP = frozenset({b"expect"})
 # The ASGI server writes its own Date; Alt-Svc would advertise upstream's endpoints as ours.
 _RESPONSE_ONLY_DROP = frozenset({b"date", b"alt-svc"})
+
+_log = logging.getLogger("byok.http")
 
 
 def _connection_tokens(headers: list[tuple[bytes, bytes]]) -> set[bytes]:
@@ -74,17 +82,75 @@ def filter_headers(
     return out
 
 
-# Everything legal in a path or query, '%' included: quoting with this only escapes bytes
-# that are not valid there at all (controls, spaces, non-ASCII), never the client's escapes.
-_KEEP = "/%:@!$&'()*+,;=-._~?[]"
+class BadTarget(ValueError):
+    """A request target byok will not relay; the message is the client's one-line reason."""
 
 
-def upstream_url(base: str, scope: Scope) -> str:
-    raw_path = scope.get("raw_path")
-    # raw_path keeps the client's exact percent-encoding; path is the decoded fallback.
-    path = quote(raw_path, safe=_KEEP) if raw_path else quote(scope["path"], safe=_KEEP.replace("%", ""))
-    query = scope.get("query_string", b"")
-    return base + path + (f"?{quote(query, safe=_KEEP)}" if query else "")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://")
+# For the decoded path, when a server gives no raw_path: only what is data in a path stays.
+_PATH_KEEP = "/:@!$&'()*+,;=~"
+
+
+def origin_form(scope: Scope) -> tuple[str, str]:
+    """The request target's path and query as sent; BadTarget unless it is origin-form
+    (``/path[?query]``, RFC 9112 §3.2.1).
+
+    Whatever else a client sends would reach the upstream URL as text: ``@host/x`` and
+    ``#@host/x`` make upstream's host userinfo or a fragment and name another host, while
+    ``http://...``, ``:9/x`` and ``.example/x`` end up in the port."""
+    raw = scope.get("raw_path")
+    try:
+        path = raw.decode("ascii") if raw else quote(scope.get("path", ""), safe=_PATH_KEEP)
+        query = bytes(scope.get("query_string", b"")).decode("ascii")
+    except UnicodeDecodeError:
+        raise BadTarget("non-ASCII request target") from None
+    shown = path[:80] + ("..." if len(path) > 80 else "")
+    if scope.get("method") == "CONNECT":
+        raise BadTarget("CONNECT is not served here (byok's HTTPS proxy is its own listener, serve --proxy)")
+    if path == "*":
+        raise BadTarget("asterisk-form request target (*) is not served")
+    if _SCHEME.match(path):
+        raise BadTarget(f"absolute-form request target {shown!r}: byok is no proxy here, send the path alone")
+    if not path.startswith("/"):
+        raise BadTarget(f"request target must be a path starting with '/', got {shown!r}")
+    if "#" in path or "#" in query:
+        raise BadTarget(f"request target {shown!r} carries a fragment ('#')")
+    return path, query
+
+
+@functools.lru_cache(maxsize=64)  # keys: the configured upstream, intercepted origins
+def _origin(base: str) -> httpx.URL:
+    url = httpx.URL(base)
+    if url.scheme not in ("http", "https") or not url.host or url.userinfo or url.query or url.fragment:
+        raise ValueError(f"upstream must be http(s)://host[:port][/prefix], got {base!r}")
+    return url
+
+
+def upstream_url(base: str, scope: Scope) -> httpx.URL:
+    """``base``'s scheme, host and port (never the client's), with the request's path and query.
+
+    Built from components, never by pasting text. Path and query are the client's raw bytes:
+    ``//x`` stays ``//x`` and percent-escapes stay as sent; httpx only escapes what a URL
+    cannot hold (``{``, ``"``, ...) and drops ``.``/``..`` segments. Raises BadTarget for a
+    target that is not origin-form."""
+    path, query = origin_form(scope)
+    origin = _origin(base)
+    prefix = origin.raw_path.decode("ascii").rstrip("/")
+    try:
+        return origin.copy_with(path=prefix + path, query=query.encode("ascii") if query else None)
+    except httpx.InvalidURL as e:
+        raise BadTarget(f"request target not relayable: {e}") from None
+
+
+async def refused_target(scope: Scope, send: Send) -> bool:
+    """Answer 400 to a request whose target is not origin-form, before anything else sees it."""
+    try:
+        origin_form(scope)
+    except BadTarget as e:
+        _log.info("refused %s: %s", scope.get("method"), e)
+        await respond_connect_error(send, ConnectError("invalid_argument", str(e)))
+        return True
+    return False
 
 
 class _ClientGone(Exception):
@@ -199,6 +265,12 @@ class Forwarder:
             )
 
     async def _forward(self, scope: Scope, receive: Receive, send: Send, outcome: _Outcome) -> None:
+        try:
+            url = upstream_url(upstream_for(scope, self._base), scope)
+        except BadTarget as e:
+            outcome.status, outcome.note, outcome.complete = 400, str(e), True
+            await respond_connect_error(send, ConnectError("invalid_argument", str(e)))
+            return
         body = _RequestBody(receive)
         try:
             first, more = await body.read()
@@ -214,7 +286,7 @@ class Forwarder:
         )
         request = httpx.Request(
             scope["method"],
-            upstream_url(upstream_for(scope, self._base), scope),
+            url,
             headers=headers,
             content=body.stream(first) if more else first,
         )
@@ -265,7 +337,12 @@ class Forwarder:
         body is piped decoded; an upstream failure becomes a Connect end-stream error, the only
         way a stream whose status is already 200 can still report one."""
         headers = filter_headers(scope["headers"], drop=_REQUEST_ONLY_DROP | {b"content-length"})
-        url = upstream_url(upstream_for(scope, self._base), scope)
+        try:
+            url = upstream_url(upstream_for(scope, self._base), scope)
+        except BadTarget as e:  # App refuses these before routing; a bare caller may not
+            err = ConnectError("invalid_argument", str(e))
+            await send({"type": "http.response.body", "body": end_stream_error(err), "more_body": False})
+            return
         request = httpx.Request(scope["method"], url, headers=headers, content=body)
         started = time.monotonic()
         try:

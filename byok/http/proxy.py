@@ -26,6 +26,7 @@ from __future__ import annotations
 import fnmatch
 import ipaddress
 import logging
+import re
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
@@ -46,6 +47,7 @@ HEAD_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 10.0
 GRACE_S = 5.0
 _RECV = 65536
+_HOSTNAME = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*\.?")
 
 
 def upstream_for(scope: Scope, default: str) -> str:
@@ -83,6 +85,11 @@ def parse_authority(target: str) -> tuple[str, int]:
         host, sep, port_text = target.rpartition(":")
         if not sep or not host or ":" in host:
             raise BadRequest(400, "Bad Request", f"CONNECT target needs host:port, got {target!r}")
+        # An intercepted host becomes the origin relayed requests go to, and fnmatch's ``*``
+        # matches anything: ``evil.example/x.cursor.sh`` or ``evil.example?.cursor.sh`` would
+        # send them to evil.example. Only a DNS name or an IPv4 address is a host.
+        if not _HOSTNAME.fullmatch(host):
+            raise BadRequest(400, "Bad Request", f"bad host in CONNECT target {target!r}")
     if not port_text.isdigit() or not 0 < int(port_text) < 65536:
         raise BadRequest(400, "Bad Request", f"bad port in {target!r}")
     return host, int(port_text)
