@@ -17,6 +17,7 @@ from byok.providers import (
 )
 from byok.providers.kinds import ANTHROPIC, OPENAI_CHAT, OPENAI_RESPONSES
 from byok.providers.runner import Endpoint, StreamParser
+from byok.providers.secrets import provider_secrets
 
 ANTHROPIC_VERSION = "2023-06-01"
 
@@ -47,7 +48,7 @@ class Adapter:
             path = path[len("/v1") :]
         own = {name.lower() for name, _ in headers}
         auth = tuple((name, value) for name, value in self.auth(api_key) if name not in own)
-        return Endpoint(base + path, (*auth, *headers))
+        return Endpoint(base + path, (*auth, *headers), provider_secrets(api_key, headers))
 
     def build_request(self, req: ModelRequest) -> bytes:
         return self.render(req).body

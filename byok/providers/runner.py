@@ -25,6 +25,7 @@ from byok.model.events import (
     ToolCallStarted,
 )
 from byok.providers.http_errors import http_error
+from byok.providers.secrets import redact_bytes, redact_error
 
 _MAX_ERROR_BODY = 64 * 1024
 # Cap on ``stream_call(capture=...)``: a detailed call record keeps at most this much of a response.
@@ -43,6 +44,8 @@ class StreamParser(Protocol):
 class Endpoint:
     url: str
     headers: tuple[tuple[str, str], ...]
+    # What the provider's text is cleaned of (secrets.provider_secrets: its key, its headers).
+    secrets: tuple[str, ...] = attrs.field(default=(), repr=False)
 
 
 @attrs.define
@@ -73,9 +76,35 @@ async def stream_call(
     still reports its status, timings and byte counts. Pass ``capture`` to have the response
     body (after content decoding; error bodies too) appended to it, up to MAX_CAPTURE_BYTES
     in all; ``stats.bytes`` larger than what was captured means the capture was cut.
+
+    What the provider says is cleaned of ``endpoint.secrets`` here, the one way in: every
+    ProviderError raised and the capture (a 401 may echo the key it was sent).
     """
     stats = CallStats() if stats is None else stats
     start = clock()
+    try:
+        await _stream(client, endpoint, body, parser, on_events, clock, stats, capture, start)
+    except ProviderError as e:
+        redact_error(e, endpoint.secrets)
+        raise
+    finally:
+        stats.duration_s = clock() - start
+        if capture and endpoint.secrets:
+            capture[:] = redact_bytes(bytes(capture), endpoint.secrets)
+    return stats
+
+
+async def _stream(
+    client: httpx.AsyncClient,
+    endpoint: Endpoint,
+    body: Body,
+    parser: StreamParser,
+    on_events: Callable[[list[ModelEvent]], Awaitable[None]],
+    clock: Callable[[], float],
+    stats: CallStats,
+    capture: bytearray | None,
+    start: float,
+) -> None:
     try:
         content = _content(body)
         async with client.stream(
@@ -105,9 +134,6 @@ async def stream_call(
             await _deliver(parser.end(), stats, start, clock, on_events)
     except httpx.RequestError as e:
         raise _transport_error(e) from e
-    finally:
-        stats.duration_s = clock() - start
-    return stats
 
 
 def _captured(capture: bytearray | None, data: bytes) -> bytes:

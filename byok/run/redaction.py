@@ -3,7 +3,9 @@
 byok's own request bodies never carry keys (they travel in headers, which are never stored);
 this is the second line of defence for what ``extra_body`` or a provider's shape might add.
 Every string value under a key named like api_key / x-api-key / authorization is replaced, at
-any depth, and a cheap pre-check on the JSON text spares walking a 5,000-message body.
+any depth, and a cheap pre-check on the JSON text spares walking a 5,000-message body. What
+the provider sends back is cleaned of the configured keys themselves where it comes in
+(``byok.providers.secrets``, applied by ``runner.stream_call``), with the same marker.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import json
 import re
 from typing import Any
 
-REDACTED = "[REDACTED]"
+from byok.providers.secrets import REDACTED
 
 
 def secret_key(key: str) -> bool:
