@@ -7,7 +7,7 @@ byte for byte, and fails closed when anything is missing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import attrs
 import trio
@@ -154,3 +154,46 @@ def resume_point(
         if root_id_of(m) != root_id:
             raise _fail("failed_precondition", "the client's checkpoint does not match byok's history")
     return count, staged
+
+
+def covered_count(state: agent.ConversationStateStructure) -> int:
+    """How many committed messages the client's checkpoint covers: its roots but the system
+    prompt, and its staged message."""
+    return max(len(state.root_prompt_messages_json) - 1, 0) + (1 if state.pending_tool_calls else 0)
+
+
+def branch_points(
+    ends: Iterable[tuple[int, Message]],
+    state: agent.ConversationStateStructure,
+    root_id_of: Callable[[Message], bytes],
+) -> list[int]:
+    """Of revisions holding ``covered_count(state)`` messages (any branch, each with its last
+    message), those whose last message is the checkpoint's: its last root, or its staged
+    message (the same tool round; the same answer). In the given order. A point the head has
+    left (an edit branched back before it since) is one of them; ``resume_point`` checks the
+    rest of its roots against the revision's whole history."""
+    roots = list(state.root_prompt_messages_json)[1:]
+    is_last: Callable[[Message], bool]
+    if state.pending_tool_calls:
+        try:
+            pending = decode_root(state.pending_tool_calls[0].encode())
+        except RootJsonError:
+            return []
+        if pending.tool_round_id:
+            round_id = pending.tool_round_id
+
+            def is_last(m: Message) -> bool:
+                return m.role == "assistant" and m.tool_round_id == round_id
+        else:
+            pending_id = root_blob(pending).id
+
+            def is_last(m: Message) -> bool:
+                return root_blob(m).id == pending_id
+    elif roots:
+        last_root = roots[-1]
+
+        def is_last(m: Message) -> bool:
+            return root_id_of(m) == last_root
+    else:
+        return []
+    return [revision_id for revision_id, last in ends if is_last(last)]

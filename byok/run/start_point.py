@@ -26,7 +26,14 @@ from byok.http.connect_envelope import ConnectError
 from byok.model.messages import Message
 from byok.pb.agent import v1 as agent
 from byok.run.conversation import ConversationMemory
-from byok.run.history import StartFailed, fetch_turn, import_history, resume_point
+from byok.run.history import (
+    StartFailed,
+    branch_points,
+    covered_count,
+    fetch_turn,
+    import_history,
+    resume_point,
+)
 from byok.run.kv import KvLink
 from byok.store import AsyncStore, SQLiteStore, StaleRevision
 from byok.store.records import Head
@@ -202,7 +209,18 @@ async def start_point(
             return StartPoint(head, prior_turns, _empty_turn(st.request_id), None, details)
         if memory.needs_recall(head.messages):
             memory.recall(await store.root_ids_at(head.revision_id))
-        count, staged = resume_point(head, state, imported=imported, root_id_of=memory.root_id_of)
+        try:
+            count, staged = resume_point(head, state, imported=imported, root_id_of=memory.root_id_of)
+        except StartFailed:
+            # Not on the head's branch: an edit may have branched back before the client's point
+            # since (a failed retry of the same message). byok's revision holding exactly that
+            # point, if it has one, becomes the head.
+            branch = None if imported else await _branch_point(store, memory, head, state)
+            if branch is None:
+                raise
+            at, count, staged = branch
+            with _aborted_on_conflict():
+                head = await store.move_head(st.conversation_id, head.version, at, wall_ms())
         head = await _move_to(store, st.conversation_id, head, count, wall_ms)
         turns = list(state.turns)
         prior_turns = tuple(turns[:-1])
@@ -267,6 +285,27 @@ async def _append(
         return await store.append(
             st.conversation_id, head.version, [message], now_ms, event_id=event_id, input_id=input_id
         )
+
+
+async def _branch_point(
+    store: AsyncStore, memory: ConversationMemory, head: Head, state: agent.ConversationStateStructure
+) -> tuple[int, int, Message | None] | None:
+    """(revision, resume_point's count and staged message) of the newest revision off the head's
+    branch whose history is exactly the client's checkpoint, or None."""
+    ends = await store.revisions_with_count(head.conversation_id, covered_count(state))
+    for revision_id in branch_points(ends, state, memory.root_id_of):
+        if revision_id == head.revision_id:
+            continue  # resume_point refused it already
+        messages = await store.messages_at(revision_id)
+        if memory.needs_recall(messages):
+            memory.recall(await store.root_ids_at(revision_id))
+        at = Head(head.conversation_id, revision_id, head.version, messages)
+        try:
+            count, staged = resume_point(at, state, root_id_of=memory.root_id_of)
+        except StartFailed:
+            continue
+        return revision_id, count, staged
+    return None
 
 
 async def _move_to(

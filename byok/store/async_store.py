@@ -99,6 +99,9 @@ class AsyncStore:
     async def ancestor_with_count(self, revision_id: int | None, count: int) -> int | None:
         return await self.call(SQLiteStore.ancestor_with_count, revision_id, count)
 
+    async def revisions_with_count(self, conversation_id: str, count: int) -> list[tuple[int, Message]]:
+        return await self.call(SQLiteStore.revisions_with_count, conversation_id, count)
+
     async def turns_at(self, revision_id: int | None) -> tuple[bytes, ...]:
         return await self.call(SQLiteStore.turns_at, revision_id)
 

@@ -1,4 +1,5 @@
-"""Revision lineage queries: ancestors by message count, the turn list a revision published,
+"""Revision lineage queries: ancestors by message count, revisions of any branch by message
+count, the turn list a revision published,
 and start-up recovery of runs a crash left 'running'. Plain functions run inside the store's
 transactions (sqlite_store.py owns the connection)."""
 
@@ -39,6 +40,27 @@ _TURNS_SQL = """WITH RECURSIVE chain(parent_id, turns) AS (
     WHERE c.turns IS NULL
 )
 SELECT turns FROM chain WHERE turns IS NOT NULL"""
+
+
+# The revisions of a conversation, on any branch, whose history has exactly N messages, each with
+# its last message (a revision appends at least one, so it is always the revision's own row).
+_ENDING_SQL = """SELECT r.id, m.id, m.data
+FROM revisions AS r
+JOIN revision_messages AS rm ON rm.revision_id = r.id AND rm.ordinal = r.message_count - 1
+JOIN messages AS m ON m.id = rm.message_id
+WHERE r.conversation_id = ? AND r.message_count = ?
+ORDER BY r.id DESC"""
+
+
+def revisions_with_count(
+    conn: sqlite3.Connection, conversation_id: str, count: int
+) -> list[tuple[int, bytes, bytes]]:
+    """(revision, its last message's id and data) for every revision of the conversation, on
+    any branch, whose history has exactly ``count`` messages; newest first."""
+    if count == 0:
+        return []
+    rows = conn.execute(_ENDING_SQL, (conversation_id, count)).fetchall()
+    return [(int(r), bytes(mid), bytes(data)) for r, mid, data in rows]
 
 
 def ancestor_with_count(conn: sqlite3.Connection, revision_id: int | None, count: int) -> int | None:

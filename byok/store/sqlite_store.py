@@ -210,6 +210,13 @@ class SQLiteStore:
             except LookupError as e:
                 raise StoreError(str(e)) from None
 
+    def revisions_with_count(self, conversation_id: str, count: int) -> list[tuple[int, Message]]:
+        """The revisions of any branch holding exactly ``count`` messages, each with its last
+        message, newest first (a resume from a point the head has left)."""
+        with self._transaction(write=False) as conn:
+            rows = lineage.revisions_with_count(conn, conversation_id, count)
+        return [(revision_id, Message.stored(mid, data)) for revision_id, mid, data in rows]
+
     def turns_at(self, revision_id: int | None) -> tuple[bytes, ...]:
         with self._transaction(write=False) as conn:
             return lineage.turns_at(conn, revision_id)
