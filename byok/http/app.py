@@ -12,6 +12,7 @@ import trio
 
 from byok.config import Config
 from byok.cursor.request import RunRequestError, RunStart, parse_run_request
+from byok.http import request_guard
 from byok.http.asgi import ClientGone, Receive, Scope, Send, respond_json
 from byok.http.bidi_append import BidiAppends
 from byok.http.connect_envelope import ConnectError, end_stream_error
@@ -86,6 +87,10 @@ class App:
             return
         if await refused_target(scope, send):  # before routing: no handler sees a non-path target
             return
+        if (refused := request_guard.refusal(scope)) is not None:  # what a web page could send
+            await request_guard.refuse(scope, send, refused)
+            return
+        send = request_guard.without_cors(send)
         path = scope["path"]
         method = scope["method"]
         try:
