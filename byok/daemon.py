@@ -27,7 +27,7 @@ from byok.http.forwarder import Forwarder
 from byok.http.model_list import ModelListRoutes
 from byok.http.offline import OfflineAnswers, UpstreamHealth
 from byok.http.proxy import serve_proxy
-from byok.http.serve import serve_app
+from byok.http.serve import is_loopback, serve_app
 from byok.pb.agent import v1 as agent
 from byok.pb.aiserver import v1 as aiserver
 from byok.run.call_log import DRAIN_TIMEOUT_S, CallLog
@@ -61,6 +61,18 @@ def _starting(what: str) -> Iterator[None]:
             raise
         reason = refused.strerror if isinstance(refused, OSError) and refused.strerror else str(refused)
         raise StartupError(f"cannot {what}: {reason}") from e
+
+
+def _refuse_non_loopback(config: Config) -> None:
+    """byok has no LAN mode yet (no token, no TLS): whoever reaches its port runs agents on the
+    user's keys, and its proxy relays anywhere. It listens on this machine only."""
+    binds = [(config.server.host, "")] + ([(config.proxy.host, " (proxy)")] if config.proxy.enabled else [])
+    for host, what in binds:
+        if not is_loopback(host):
+            raise StartupError(
+                f"refusing to listen on {host!r}{what}: anyone who can reach it could run agents on "
+                "your keys; use a loopback address (127.0.0.1, ::1 or localhost)"
+            )
 
 
 # After the runs end, how long their streams get to write their last frames.
@@ -97,6 +109,7 @@ async def run_daemon(
 ) -> None:
     """Serve until ``stop`` (given to ``task_status.started`` with the base URL) is called: then
     stop accepting runs, let active runs finish within shutdown_grace_s, cancel the rest, return."""
+    _refuse_non_loopback(config)
     # Every protobuf class's metadata now (~50-90 ms), not on the first turn's path (47 ms there).
     proto_decode.prime([agent, aiserver])
     fd_limit.raise_fd_limit()  # each connection is a descriptor; macOS starts at 256

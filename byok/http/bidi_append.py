@@ -97,7 +97,10 @@ class BidiAppends:
             return
         try:
             raw = decode_unary_body(
-                body, header(scope, "content-type") or "", header(scope, "content-encoding")
+                body,
+                header(scope, "content-type") or "",
+                header(scope, "content-encoding"),
+                max_bytes=self.max_body,
             )
             req = proto_decode.parse(aiserver.BidiAppendRequest, raw)
             if not well_typed(req):

@@ -20,6 +20,7 @@ from typing import Final, Literal, get_args
 
 import attrs
 
+from byok.config import DEFAULT_MAX_BODY_BYTES
 from byok.pb.aiserver import v1 as aiserver
 
 FLAG_COMPRESSED: Final = 0x01
@@ -314,13 +315,15 @@ def decode_unary_body(
     content_type: str,
     content_encoding: str | None,
     *,
-    max_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+    max_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> bytes:
     """Proto bytes of a unary or server-stream request body.
 
     Cursor sends these either raw (``application/proto``) or as one Connect envelope
     (``application/connect+proto``); R accepts both and so do we. Any other content type is
     sniffed. HTTP ``Content-Encoding: gzip`` is undone first, then the envelope's own flag.
+    ``max_bytes`` (the server's ``max_body_bytes``) also caps what gzip inflates to: a request
+    may not unpack to more than it could have sent plain.
     """
     encoding = (content_encoding or "identity").strip().lower()
     if encoding == "gzip":

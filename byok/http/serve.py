@@ -6,16 +6,26 @@ production server settings (timeouts, logging, protocol switches) rather than a 
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import math
 from collections.abc import Awaitable, Callable, MutableMapping
 from functools import partial
 from typing import Any
 
+import h11
+import hypercorn.protocol
 import hypercorn.trio
 import hypercorn.trio.run
 import trio
+from h2.exceptions import ProtocolError
+from h2.frame_buffer import FrameBuffer
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.events import Closed, RawData
+from hypercorn.protocol.h2 import H2Protocol
+from hypercorn.protocol.h11 import H11Protocol
+from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
+from hyperframe.frame import Frame
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -29,10 +39,47 @@ _H2_REFUSED = b"HTTP/2 is disabled on this server\n"
 
 
 KEEP_ALIVE_TIMEOUT_S = 300.0
+# How long a client may keep the server waiting, in all, for what it has begun to send: a
+# request's head (from the connection's opening, or the head's first byte on a kept-alive
+# one), then its body; on HTTP/2 the first request, then any frame once begun. Cursor is on
+# the same machine and sends each request whole at once; a client dripping bytes (slowloris)
+# held a socket and a descriptor for ever. Time the app takes to read what came (a relayed
+# upload held back by a slow upstream) is not counted.
+REQUEST_READ_TIMEOUT_S = 30.0
+
+Phase = tuple[str, int]
+
+
+def unfinished(protocol: H11Protocol | H2Protocol) -> Phase | None:
+    """What the client has begun and not finished sending, with a count that moves on when a
+    new one begins (the read timer starts over then); None when the server waits on nothing
+    of the client's (an app writing a long stream, an idle kept-alive connection)."""
+    if isinstance(protocol, H2Protocol):
+        if not protocol.keep_alive_requests:
+            return ("head", 0)  # the preface, its SETTINGS and the first request
+        frames = protocol.connection.incoming_buffer
+        if isinstance(frames, CheckedFrameBuffer) and frames.partial:
+            return ("frame", frames.frames)
+        return None
+    connection = protocol.connection
+    if not isinstance(connection, h11.Connection):  # a WebSocket (byok serves none)
+        return None
+    requests = protocol.keep_alive_requests  # counted once a request's head is complete
+    if connection.their_state is h11.SEND_BODY:
+        return ("body", requests)
+    if connection.their_state is h11.IDLE and (not requests or connection.trailing_data[0]):
+        return ("head", requests)
+    return None
 
 
 class ReleasingTCPServer(TCPServer):
-    """hypercorn's trio connection, let go once the client has closed it.
+    """hypercorn's trio connection, with byok's read timeouts, let go once the client has
+    closed it.
+
+    hypercorn's only read timeout (``read_timeout``) limits every read: it would cut a RunSSE,
+    whose client sends nothing after its request while the stream runs for minutes. Here a read
+    is timed only while the client owes the rest of something it began (``unfinished``), for
+    REQUEST_READ_TIMEOUT_S in all.
 
     hypercorn 0.18 reads the EOF of a keep-alive connection that is idle between requests,
     but its keep-alive timer goes on running, and the connection's task group waits for it:
@@ -41,12 +88,108 @@ class ReleasingTCPServer(TCPServer):
     the timer is stopped then. (A connection closed mid-request was always released.)"""
 
     async def _read_data(self) -> None:
-        await super()._read_data()  # returns at EOF or a broken connection (an OSError raises)
+        phase: Phase | None = None
+        waited = 0.0
+        while True:
+            now = unfinished(self.protocol.protocol)
+            if now != phase:
+                phase, waited = now, 0.0
+            limit = math.inf if phase is None else REQUEST_READ_TIMEOUT_S - waited
+            started = trio.current_time()
+            try:
+                with trio.fail_after(max(limit, 0.0)):
+                    data = await self.stream.receive_some(MAX_RECV)
+            except (trio.ClosedResourceError, trio.BrokenResourceError):
+                break
+            except trio.TooSlowError:
+                what = phase[0] if phase else "request"
+                server_log.info("closed a connection: its %s took over %gs", what, REQUEST_READ_TIMEOUT_S)
+                break
+            waited += trio.current_time() - started
+            await self.protocol.handle(RawData(bytes(data)))
+            if data == b"":
+                break
+        await self.protocol.handle(Closed())
         await self.idle_task.stop()
 
 
-# The class hypercorn's trio worker makes each connection with (a module global it looks up).
+class CheckedFrameBuffer(FrameBuffer):
+    """h2's frame buffer (server side), answering a broken preface with GOAWAY at once.
+
+    h2 checks a frame's length only once all of it has arrived and accepts any first frame, so
+    a preface followed by garbage (read as a frame header announcing megabytes) left the
+    connection waiting for data that never comes. The first frame must be the client's
+    SETTINGS (RFC 9113 §3.4) and no frame may announce more than the negotiated size: both are
+    checked on the 9-byte header, and h2 then queues a GOAWAY, hypercorn sends it and closes.
+    (h2 4.x's FrameBuffer internals: tests/integration/test_hardening_requests.py fails loudly
+    on an h2 that changes them.)"""
+
+    def __init__(self) -> None:
+        super().__init__(server=True)
+        self.frames = 0  # moves on as frames are parsed (read timing starts over)
+        self._settings_seen = False
+        self._invalid: str | None = None
+
+    @property
+    def partial(self) -> bool:
+        """Part of the preface or of a frame, or a header block awaiting CONTINUATIONs, is held."""
+        return bool(self._preamble_len or self._data or self._headers_buffer)
+
+    def add_data(self, data: Any) -> None:
+        try:
+            super().add_data(data)
+        except ProtocolError as e:  # a bad preface: raised from __next__, where h2 sends GOAWAY
+            self._invalid = str(e)
+
+    def __next__(self) -> Frame:
+        if self._invalid is not None:
+            raise ProtocolError(self._invalid)
+        if not self._preamble_len and not self._settings_seen and self._data:
+            # The first frame's header is checked byte by byte as it comes.
+            head = bytes(self._data[:9])
+            if (
+                (len(head) >= 3 and int.from_bytes(head[:3], "big") % 6)  # 6 bytes a setting
+                or (len(head) >= 4 and head[3] != _SETTINGS)
+                or (len(head) >= 5 and head[4] & _ACK)
+                or any(head[5:9])  # stream 0
+            ):
+                raise ProtocolError("the connection preface does not end with a SETTINGS frame")
+            self._settings_seen = len(head) == 9
+        if len(self._data) >= 9:
+            self._validate_frame_length(int.from_bytes(self._data[:3], "big"))
+        frame = super().__next__()
+        self.frames += 1
+        return frame
+
+
+_SETTINGS = 0x4  # frame type
+_ACK = 0x1  # SETTINGS flag
+
+
+class CheckedH2Protocol(H2Protocol):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.connection.incoming_buffer = CheckedFrameBuffer()
+
+
+# The classes hypercorn's trio worker makes each connection and its HTTP/2 protocol with
+# (module globals it looks up).
 hypercorn.trio.run.TCPServer = ReleasingTCPServer  # type: ignore[misc]
+hypercorn.protocol.H2Protocol = CheckedH2Protocol  # type: ignore[misc]
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only: 127.0.0.0/8, ::1 (IPv4-mapped too), localhost."""
+    name = host.strip().lower().removeprefix("[").removesuffix("]")
+    if name.rstrip(".") == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
 
 
 def _bind_address(host: str, port: int) -> str:
@@ -65,7 +208,8 @@ def server_config(host: str, port: int) -> HypercornConfig:
     config.errorlog = server_log
     # Forwarded responses carry upstream's own Server header; don't add a second one.
     config.include_server_header = False
-    # Agent streams stay open for minutes with long quiet gaps: no read timeout.
+    # Agent streams stay open for minutes with long quiet gaps: no per-read timeout. The reads
+    # of a request a client has begun are timed by ReleasingTCPServer instead.
     config.read_timeout = None
     # An idle keep-alive connection is closed after this. hypercorn's 5 s default equals common
     # clients' own idle expiry (httpx: 5 s), so a client could reuse a connection just as it was
