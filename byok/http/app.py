@@ -1,7 +1,7 @@
 """The byok ASGI app: the two agent RPCs, health, and everything else streamed upstream.
 
-The two RPCs' handlers live in bidi_append.py and run_stream.py; App routes, owns the run
-registry, and starts, tracks and shuts down the runs."""
+The two RPCs' handlers live in bidi_append.py and run_stream.py; App routes, and hands decoded
+run requests to the run service (run/service.py), which owns the runs' lifecycle."""
 
 from __future__ import annotations
 
@@ -11,20 +11,20 @@ from typing import Any
 import trio
 
 from byok.config import Config
-from byok.cursor.request import RunRequestError, RunStart, parse_run_request
+from byok.cursor.request import parse_run_request
 from byok.http import request_guard
 from byok.http.asgi import ClientGone, Receive, Scope, Send, respond_json
 from byok.http.bidi_append import BidiAppends
-from byok.http.connect_envelope import ConnectError, end_stream_error
+from byok.http.connect_envelope import ConnectError
 from byok.http.forwarder import refused_target
 from byok.http.model_list import ModelListRoutes
 from byok.http.offline import OfflineAnswers, UpstreamHealth
+from byok.http.outcomes import failed
 from byok.http.run_stream import RunStreams
 from byok.pb.agent import v1 as agent
-from byok.run.conversation import ActiveRun, Supervisors
 from byok.run.deps import RunDeps
-from byok.run.runner import Run
-from byok.run.slot import RunRegistry, RunSlot
+from byok.run.service import RunService
+from byok.run.slot import RunSlot
 
 log = logging.getLogger("byok.http")
 
@@ -32,8 +32,6 @@ RUN_SSE = "/agent.v1.AgentService/RunSSE"
 RUN_BIDI = "/agent.v1.AgentService/Run"
 BIDI_APPEND = "/aiserver.v1.BidiService/BidiAppend"
 HEALTHZ = "/byok/healthz"
-# A finished run's slot lingers so late appends (ACKs, heartbeats) are dropped idempotently.
-SLOT_LINGER_S = 120.0
 
 
 class App:
@@ -55,9 +53,10 @@ class App:
         self.deps = deps
         self.nursery = nursery
         self.forward = forward
-        self.registry = RunRegistry()
-        self.supervisors = Supervisors()
-        self.accepting = True
+        self.service = RunService(config=config, deps=deps, nursery=nursery)
+        self.registry = self.service.registry
+        self.supervisors = self.service.supervisors
+        self.activity = self.service.activity
         self.appends = BidiAppends(
             config=config,
             registry=self.registry,
@@ -69,15 +68,9 @@ class App:
             config=config,
             registry=self.registry,
             forward=forward,
-            nursery=nursery,
+            service=self.service,
             append=self.appends.append,
         )
-        self.active: set[ActiveRun] = set()
-        self._idle = trio.Event()
-        self._idle.set()
-        # What upkeep between runs and the call log wait for (run/upkeep.py).
-        # One RunActivity: the runs' starts and ends here, their provider calls in the runner.
-        self.activity = deps.activity
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -125,64 +118,12 @@ class App:
 
     # --- Runs -------------------------------------------------------------------------
     def _start_run(self, slot: RunSlot, req: agent.AgentRunRequest) -> ConnectError | None:
-        try:
-            if not self.accepting:
-                raise RunRequestError("unavailable", "byok is shutting down")
-            start = parse_run_request(slot.request_id, req)
-            if self.config.model(start.model_id) is None:
-                raise RunRequestError("not_found", f"model {start.model_id!r} is not configured in byok")
-        except RunRequestError as e:
-            err = ConnectError(e.code, e.message)  # type: ignore[arg-type]
-            self._refuse_run(slot, err)
-            return err
-        slot.run_started = True
-        self.nursery.start_soon(self._run_task, slot, start)
-        return None
+        refused = self.service.start(slot, lambda: parse_run_request(slot.request_id, req))
+        return None if refused is None else ConnectError(refused.code, refused.message)  # type: ignore[arg-type]
 
     def _refuse_run(self, slot: RunSlot, err: ConnectError) -> None:
         """A run that will not start: its RunSSE, open or still to come, ends with ``err``."""
-        slot.close(end_stream_error(err))
-        self.nursery.start_soon(self._linger, slot)
-
-    async def _run_task(self, slot: RunSlot, start: RunStart) -> None:
-        sup = self.supervisors.get(start.conversation_id)
-        me = ActiveRun(start.request_id, trio.CancelScope(), trio.Event())
-        old, sup.active = sup.active, me
-        slot.cancel_run = me.scope.cancel
-        self.active.add(me)
-        self.activity.started()
-        if self._idle.is_set():
-            self._idle = trio.Event()
-        try:
-            if old is not None:
-                log.info("run %s preempts run %s", start.request_id, old.request_id)
-                old.scope.cancel()
-                await old.done.wait()
-            await Run(slot, start, self.deps, sup).run(me.scope)
-        finally:
-            me.done.set()
-            slot.finished.set()
-            # The slot lingers for a reconnecting RunSSE: it must not keep the finished run (its
-            # history, its turn's cards) alive through these hooks.
-            slot.cancel_run = slot.on_reattach = None
-            if sup.active is me:
-                sup.active = None
-            self.active.discard(me)
-            self.activity.finished()
-            if not self.active:
-                self._idle.set()
-            self.nursery.start_soon(self._linger, slot)
+        self.service.refuse(slot, failed(err))
 
     async def shutdown(self, grace_s: float) -> None:
-        """Stop accepting runs, let active ones finish within ``grace_s``, then cancel the rest."""
-        self.accepting = False
-        with trio.move_on_after(grace_s):
-            await self._idle.wait()
-        for run in list(self.active):
-            log.info("shutdown: cancelling run %s", run.request_id)
-            run.scope.cancel()
-        await self._idle.wait()
-
-    async def _linger(self, slot: RunSlot) -> None:
-        await trio.sleep(SLOT_LINGER_S)
-        self.registry.remove(slot.request_id, slot)
+        await self.service.shutdown(grace_s)

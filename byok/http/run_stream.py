@@ -24,9 +24,12 @@ from byok.http.connect_envelope import (
     encode_frame,
     end_stream_error,
 )
+from byok.http.outcomes import end_stream_for, failed
 from byok.http.wire_check import well_typed
+from byok.loop.turn_values import Outcome
 from byok.pb.agent import v1 as agent
 from byok.pb.aiserver import v1 as aiserver
+from byok.run.service import RunService
 from byok.run.slot import RunRegistry, RunSlot
 
 log = logging.getLogger("byok.http")
@@ -42,6 +45,10 @@ DECISION_TIMEOUT_S = 30.0
 # At most this many RunSSE streams wait for their run_request at once; past it, a RunSSE is
 # refused at once. One Cursor has one or two per turn in flight, a few at most across windows.
 MAX_UNDECIDED_STREAMS = 64
+
+
+def _framed(item: bytes | Outcome) -> bytes:
+    return encode_frame(item) if isinstance(item, bytes) else end_stream_for(item)
 
 
 async def _watch_disconnect(receive: Receive, scope: trio.CancelScope) -> None:
@@ -60,13 +67,13 @@ class RunStreams:
         config: Config,
         registry: RunRegistry,
         forward: Any,
-        nursery: trio.Nursery,
+        service: RunService,
         append: Callable[[RunSlot, int, agent.AgentClientMessage, int], ConnectError | None],
     ) -> None:
         self.config = config
         self.registry = registry
         self.forward = forward
-        self.nursery = nursery
+        self.service = service
         self.max_body = config.server.max_body_bytes
         self._append = append
         self.streams = 0  # RunSSE / Run responses currently writing frames
@@ -81,7 +88,10 @@ class RunStreams:
         try:
             body = await read_body(receive, self.max_body)
             raw = decode_unary_body(
-                body, header(scope, "content-type") or "", header(scope, "content-encoding")
+                body,
+                header(scope, "content-type") or "",
+                header(scope, "content-encoding"),
+                max_bytes=self.max_body,
             )
             ident = proto_decode.parse(aiserver.BidiRequestId, raw)
             if not well_typed(ident):
@@ -158,7 +168,7 @@ class RunStreams:
             # Its disconnect is consumed: no later stage could see the client go. A run the
             # same moment decided is left to the reconnect grace, as a dropped stream's is.
             if slot.kind == "agent" and not slot.closed:
-                self.nursery.start_soon(self._grace, slot)
+                self.service.stream_dropped(slot)
             self._forget_undecided(slot)
             raise ClientGone
         if slot.kind == "unknown":
@@ -214,20 +224,21 @@ class RunStreams:
                     nursery.start_soon(_watch_disconnect, receive, cs)
                 try:
                     while not ended:
-                        frame = None
+                        item: bytes | Outcome | None = None
                         with trio.move_on_after(interval):
                             try:
-                                frame = await slot.frames.receive()
+                                item = await slot.frames.receive()
                             except trio.EndOfChannel:
                                 ended = True
                                 break
-                        if frame is None:
+                        if item is None:
                             await send({"type": "http.response.body", "body": heartbeat, "more_body": True})
                             continue
                         # Whatever else is already queued goes out in the same write: one send
                         # per burst, not per frame, and never a wait for more.
-                        batch = [frame]
-                        size = len(frame)
+                        batch = [_framed(item)]
+                        has_end = not isinstance(item, bytes)
+                        size = len(batch[0])
                         while size < MAX_WRITE_BYTES:
                             try:
                                 nxt = slot.frames.receive_nowait()
@@ -236,32 +247,22 @@ class RunStreams:
                             except trio.EndOfChannel:
                                 ended = True
                                 break
-                            batch.append(nxt)
-                            size += len(nxt)
+                            frame = _framed(nxt)
+                            has_end = has_end or not isinstance(nxt, bytes)
+                            batch.append(frame)
+                            size += len(frame)
                         body = batch[0] if len(batch) == 1 else b"".join(batch)
                         with slot.writing(len(batch)):
                             await send({"type": "http.response.body", "body": body, "more_body": True})
-                        if batch[-1] is slot.end_frame:
-                            sent_end = True
+                        sent_end = sent_end or has_end
                 finally:
                     nursery.cancel_scope.cancel()
         if slot.detach(cs) and not ended and not slot.closed:
-            self.nursery.start_soon(self._grace, slot)
+            self.service.stream_dropped(slot)
         if ended:
             # The end frame went to an earlier stream that died: this one must carry it too.
-            tail = slot.end_frame if not sent_end and slot.end_frame is not None else b""
+            tail = end_stream_for(slot.outcome) if not sent_end and slot.outcome is not None else b""
             await send({"type": "http.response.body", "body": tail, "more_body": False})
-
-    async def _grace(self, slot: RunSlot) -> None:
-        """A dropped RunSSE: keep the run for a reconnect; cancel it when the grace runs out."""
-        grace = self.config.server.reconnect_grace_s
-        reattached = slot.attached_event
-        with trio.move_on_after(grace):
-            await reattached.wait()
-            return
-        if not slot.closed and slot.cancel_run is not None:
-            log.info("request %s: RunSSE gone for %gs, cancelling the run", slot.request_id, grace)
-            slot.cancel_run()
 
     # --- HTTP/2 Run -------------------------------------------------------------------
     async def run_bidi(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -316,8 +317,4 @@ class RunStreams:
                 await trio.sleep_forever()
 
     def _fail_slot(self, slot: RunSlot, err: ConnectError) -> None:
-        log.warning("request %s: %s", slot.request_id, err)
-        if slot.cancel_run is not None:
-            slot.cancel_run()
-        else:
-            slot.close(end_stream_error(err))
+        self.service.fail(slot, failed(err))

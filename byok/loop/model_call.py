@@ -117,9 +117,7 @@ class CallFold:
                 return self, [ToolArgsOut(call.call_id, call.name, delta, self.model_call_id)]
             case ev.ToolCallEnded(index=index, arguments=arguments):
                 call = self._call(index)
-                calls = tuple(
-                    attrs.evolve(c, complete=arguments) if c is call else c for c in self.calls
-                )
+                calls = tuple(attrs.evolve(c, complete=arguments) if c is call else c for c in self.calls)
                 return attrs.evolve(self, calls=calls), []
             case ev.UsageReported(usage=usage):
                 if self.usage is not None:

@@ -237,9 +237,7 @@ def _run_tools(s: TurnState) -> Result:
     assert s.round is not None
     assistant = s.round.assistant
     refused = tuple(
-        (c.call_id, refusal(c.name, s.mode, s.known))
-        for c in assistant.tool_calls
-        if c.name not in s.offered
+        (c.call_id, refusal(c.name, s.mode, s.known)) for c in assistant.tool_calls if c.name not in s.offered
     )
     s = attrs.evolve(s, phase="tools", next_publish=None)
     return s, [RunTools(assistant.model_call_id, assistant.tool_calls, refused)]
@@ -271,9 +269,15 @@ def _commit_result(s: TurnState, r: Round, done: ToolDone) -> Result:
     step = ToolStep(done.call_id, done.result) if call.name in s.carded else None
     tool_steps = r.tool_steps if step is None else (*r.tool_steps, step)
     r = attrs.evolve(r, committing=done, tool_steps=tool_steps)
-    last = r.committed + 1 == len(r.assistant.tool_calls)
+    last = r.committed + 1 == _result_count(r)
     ahead = ResultBlobs(message, step, _settled_steps(s, r) if last else None)
     return attrs.evolve(s, round=r), [Commit((message,), ahead=ahead)]
+
+
+def _result_count(r: Round) -> int:
+    # One result per call id: a round imported from a history another server wrote may name two
+    # calls alike (the fold refuses that from a provider), and must still end.
+    return len({c.call_id for c in r.assistant.tool_calls})
 
 
 def _settled_steps(s: TurnState, r: Round) -> tuple[Step, ...]:
@@ -296,7 +300,7 @@ def _result_committed(s: TurnState, _: Committed) -> Result:
     if r.waiting:
         s, more = _commit_result(s, attrs.evolve(r, waiting=r.waiting[1:]), r.waiting[0])
         return s, [*commands, *more]
-    if r.committed < len(r.assistant.tool_calls):
+    if r.committed < _result_count(r):
         return attrs.evolve(s, round=r), commands
     # The round is complete: its settled checkpoint goes out while the next request does; the
     # call's output waits for it (clarification 12).

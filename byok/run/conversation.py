@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import attrs
 import trio
 
 from byok.cursor.checkpoint import Blob, RootList, root_blob
 from byok.model.messages import Message
+
+log = logging.getLogger("byok.run")
 
 # Below this many messages without a known root id, encoding them again (~10 us each) is cheaper
 # than a store trip for the saved ones.
@@ -105,18 +108,27 @@ class ActiveRun:
 
 
 class ConversationSupervisor:
-    """Owns the one active Run of a conversation: a new run cancels and awaits the old one."""
+    """Owns the one active Run of a conversation: a new run cancels and awaits the old one before
+    it touches the conversation."""
 
     def __init__(self, conversation_id: str) -> None:
         self.conversation_id = conversation_id
         self.memory = ConversationMemory()
         self.active: ActiveRun | None = None
 
-    async def preempt(self) -> None:
-        old = self.active
-        if old is not None:
-            old.scope.cancel()
-            await old.done.wait()
+    async def run(self, me: ActiveRun, body: Callable[[trio.CancelScope], Awaitable[None]]) -> None:
+        """Run ``body`` in ``me``'s cancel scope once the run it preempts has ended."""
+        old, self.active = self.active, me
+        try:
+            if old is not None:
+                log.info("run %s preempts run %s", me.request_id, old.request_id)
+                old.scope.cancel()
+                await old.done.wait()
+            await body(me.scope)
+        finally:
+            me.done.set()
+            if self.active is me:
+                self.active = None
 
 
 # Conversations whose memory is kept between runs, most recent first. The daemon lives for weeks

@@ -15,7 +15,7 @@ import trio
 from byok.cursor import proto_decode
 from byok.cursor.checkpoint import TurnRecord, root_blob
 from byok.cursor.root_json import RootJsonError, decode_root
-from byok.http.connect_envelope import ConnectError
+from byok.loop.turn_values import Failed
 from byok.model.messages import Message
 from byok.pb.agent import v1 as agent
 from byok.run.kv import KvFailure, KvLink
@@ -24,13 +24,13 @@ from byok.store.records import Head
 
 
 class StartFailed(Exception):
-    def __init__(self, error: ConnectError) -> None:
-        super().__init__(str(error))
-        self.error = error
+    def __init__(self, failure: Failed) -> None:
+        super().__init__(f"{failure.code}: {failure.message}")
+        self.failure = failure
 
 
 def _fail(code: str, message: str) -> StartFailed:
-    return StartFailed(ConnectError(code, message))  # type: ignore[arg-type]
+    return StartFailed(Failed(code, message))
 
 
 async def _get_all(kv: KvLink, ids: list[bytes], timeout_s: float) -> list[bytes]:

@@ -4,32 +4,42 @@ from __future__ import annotations
 
 import logging
 
-import betterproto2
-import trio
-
 from byok.cursor import encode
+from byok.cursor.client_messages import (
+    CancelRequested,
+    ExecAnswer,
+    ExecControl,
+    Heartbeat,
+    KvAnswer,
+    Unhandled,
+    decode,
+)
+from byok.cursor.exec_router import ExecRouter
+from byok.loop.turn_values import Cancel
+from byok.run.driver import Driver
 from byok.run.kv import KvLink
 from byok.run.slot import RunSlot
-from byok.run.tool_round import ExecRouter
 
 log = logging.getLogger("byok.run")
 
 
-async def pump_inbox(slot: RunSlot, kv: KvLink, router: ExecRouter, run_scope: trio.CancelScope) -> None:
+async def pump_inbox(slot: RunSlot, kv: KvLink, router: ExecRouter, driver: Driver) -> None:
     rid = slot.request_id
     async for msg in slot.inbox:
-        name, value = betterproto2.which_one_of(msg, "message")
-        if name == "client_heartbeat":
-            slot.send(encode.heartbeat())
-        elif name == "kv_client_message":
-            if not kv.on_client(value):
-                log.info("run %s: ignoring late/unknown kv answer id=%s", rid, value.id)
-        elif name == "exec_client_message":
-            router.on_exec_message(value)
-        elif name == "exec_client_control_message":
-            router.on_control(value)
-        elif name == "conversation_action" and value.cancel_action is not None:
-            log.info("run %s: cancelled by client", rid)
-            run_scope.cancel()
-        else:
-            log.warning("run %s: ignoring client message %s", rid, name)
+        match decode(msg):
+            case Heartbeat():
+                slot.send(encode.heartbeat())
+            case KvAnswer() as answer:
+                if not kv.on_client(answer):
+                    log.info("run %s: ignoring late/unknown kv answer id=%s", rid, answer.kv_id)
+            case ExecAnswer(message=m):
+                router.on_exec_message(m)  # a finished call reaches the driver as ToolDone
+                await driver.drain()
+            case ExecControl(message=m):
+                router.on_control(m)
+                await driver.drain()
+            case CancelRequested():
+                log.info("run %s: cancelled by client", rid)
+                await driver.feed(Cancel())
+            case Unhandled(name=name):
+                log.warning("run %s: ignoring client message %s", rid, name)

@@ -14,7 +14,7 @@ import trio
 
 from byok.cursor import encode
 from byok.cursor.checkpoint import Blob
-from byok.pb.agent import v1 as agent
+from byok.cursor.client_messages import KvAnswer
 
 
 class KvFailure(Exception):
@@ -117,24 +117,22 @@ class KvLink:
             scope.deadline = max(scope.deadline, trio.current_time() + timeout_s)
         return len(self._sent) + len(self._get_frames)
 
-    def on_client(self, msg: agent.KvClientMessage) -> bool:
-        """Route one kv_client_message; False when it answers nothing we wait for (late or unknown)."""
-        got = self._gets.pop(msg.id, None)
+    def on_client(self, answer: KvAnswer) -> bool:
+        """Route one KV answer; False when it answers nothing we wait for (late or unknown)."""
+        got = self._gets.pop(answer.kv_id, None)
         if got is not None:
             done, holder = got
-            result = msg.get_blob_result
-            holder.append(result.blob_data if result is not None else None)
+            holder.append(answer.get_data)
             done.set()
             return True
-        blob_id = self._waiting.pop(msg.id, None)
+        blob_id = self._waiting.pop(answer.kv_id, None)
         if blob_id is None:
             return False
-        self._sent.pop(msg.id, None)
-        result = msg.set_blob_result
-        if result is None:
+        self._sent.pop(answer.kv_id, None)
+        if not answer.set_result:
             self._rejected[blob_id] = "answer to a SET was not a set_blob_result"
-        elif result.error is not None:
-            self._rejected[blob_id] = result.error.message or "unspecified error"
+        elif answer.set_error is not None:
+            self._rejected[blob_id] = answer.set_error
         else:
             self.acked.add(blob_id)
         done = self._pending.pop(blob_id, None)

@@ -1,28 +1,24 @@
-"""One provider call as the run sees it: request bytes out, UI frames and a ModelCallResult in.
+"""One provider call as the run sees it: request bytes out, ModelEvents in, the call recorded.
 
-The adapter (byok/providers) owns the endpoint's JSON; the loop's ModelCall folds events
-into emits and the assistant message; this module turns emits into Cursor frames (including
-the tool-card placeholders and the live edit content) and records the call (queued on the
-CallLog, never awaited).
+The adapter (byok/providers) owns the endpoint's JSON; the turn machine (loop/turn.py) folds
+the events; this module sends the request with its retries, hands the events on, turns a
+failure into the error the client sees (with what the config could change) and records the
+call (queued on the CallLog, never awaited).
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 
 import attrs
 import httpx
 import trio
 
 from byok.config import ModelConfig, ProviderConfig
-from byok.cursor import encode, tool_frames
-from byok.cursor.tools.base import ArgsStream, ToolDef
-from byok.http.connect_envelope import ConnectError, provider_error_details
-from byok.loop import emits as em
 from byok.loop.model_call import ModelCall, ModelCallResult, ModelProtocolError
+from byok.loop.turn_values import Failed
 from byok.model import events as ev
 from byok.model.request import ModelRequest, ModelSettings, RenderedRequest
 from byok.model.usage import Usage
@@ -34,9 +30,7 @@ from byok.providers.retry import stream_with_retries
 from byok.providers.runner import CallStats, StreamParser
 from byok.run.call_log import CallLog
 from byok.run.call_meter import cache_hit_share, error_kind
-from byok.run.crash import crash_point
 from byok.run.deps import RunDeps
-from byok.run.slot import RunSlot
 from byok.store import LlmCallRecord
 
 log = logging.getLogger("byok.provider")
@@ -85,9 +79,9 @@ def context_hint(model: ModelConfig) -> str:
 
 
 class ProviderCallFailed(Exception):
-    def __init__(self, error: ConnectError) -> None:
-        super().__init__(str(error))
-        self.error = error
+    def __init__(self, failure: Failed) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
 
 
 @attrs.frozen
@@ -99,9 +93,6 @@ class CallContext:
     base_url: str
     api_key: str | None
     http: httpx.AsyncClient
-    registry: Mapping[str, ToolDef]
-    send: Callable[[bytes], None]
-    flushed: Callable[[], Awaitable[None]]  # RunSlot.flushed
     wall_ms: Callable[[], int]
     call_log: CallLog
     headers: tuple[tuple[str, str], ...] = ()  # the provider's own (config)
@@ -109,9 +100,6 @@ class CallContext:
     retry_base_s: float = 0.5
     # The configured model: an error it can fix (its output limit, its context window) says how.
     model: ModelConfig | None = None
-    # Awaited before the call's first event is handled: until then nothing of it reaches the
-    # client (the previous round's settled checkpoint goes first; runner.Run._call_model).
-    before_output: Callable[[], Awaitable[None]] | None = None
 
 
 def run_call_context(
@@ -122,11 +110,9 @@ def run_call_context(
     model: ModelConfig,
     api_key: str | None,
     deps: RunDeps,
-    slot: RunSlot,
-    before_output: Callable[[], Awaitable[None]] | None = None,
 ) -> CallContext:
-    """The context of one of a run's calls: its provider and model from the config, the daemon's
-    shared pieces, and the run's stream."""
+    """The context of one of a run's calls: its provider and model from the config and the
+    daemon's shared pieces."""
     return CallContext(
         request_id=request_id,
         conversation_id=conversation_id,
@@ -136,73 +122,53 @@ def run_call_context(
         api_key=api_key,
         headers=provider.headers,
         http=deps.http,
-        registry=deps.tools.registry,
-        send=slot.send,
-        flushed=slot.flushed,
         wall_ms=deps.wall_ms,
         call_log=deps.call_log,
         max_tries=deps.config.server.provider_max_tries,
         retry_base_s=deps.config.server.provider_retry_base_s,
         model=model,
-        before_output=before_output,
     )
 
 
-async def call_model(ctx: CallContext, request: ModelRequest) -> ModelCallResult:
+async def call_model(ctx: CallContext, request: ModelRequest, model_call_id: str = "mc") -> ModelCallResult:
+    """One call folded on its own (no run around it): its assistant message and usage."""
+    call = ModelCall(model_call_id)
+
+    async def on_events(events: list[ev.ModelEvent]) -> None:
+        now = trio.current_time()
+        for event in events:
+            call.handle(event, now)
+
+    async def on_end() -> None:
+        call.result()  # ModelProtocolError: the stream ended without a complete Done
+
+    await stream_model(ctx, request, on_events, on_end)
+    return call.result()
+
+
+async def stream_model(
+    ctx: CallContext,
+    request: ModelRequest,
+    on_events: Callable[[list[ev.ModelEvent]], Awaitable[None]],
+    on_end: Callable[[], Awaitable[None]],
+) -> None:
+    """Send the request (retried while no output was seen), hand its events to ``on_events``
+    and, once the stream ended cleanly, call ``on_end``. Either may raise ModelProtocolError:
+    the call then fails as the provider's. The call is recorded (queued on the CallLog, never
+    awaited) whatever its end; a failure raises ProviderCallFailed."""
     decided_at = trio.current_time()  # queue time runs from here to the request going out
     decided_ms = ctx.wall_ms()
     rendered = ctx.adapter.render(request)
     body = rendered.source
     endpoint = ctx.adapter.endpoint(ctx.base_url, ctx.api_key, ctx.headers)
-    call = ModelCall(model_call_id=str(uuid.uuid4()))
-    streams: dict[str, ArgsStream] = {}
+    usage: Usage | None = None
 
-    shown = False  # some frame of this call went to the client
-
-    def send(frame: bytes) -> None:
-        nonlocal shown
-        shown = True
-        ctx.send(frame)
-
-    def show(emit: em.Emit) -> None:
-        match emit:
-            case em.ToolCallOpened(call_id=cid, name=name, model_call_id=mcid):
-                tool = ctx.registry.get(name)
-                if tool is None:
-                    return  # no card type for an unknown tool; the model gets an error result
-                send(tool_frames.partial(cid, tool.tool_call(tool.placeholder()), mcid))
-                if tool.args_stream is not None:
-                    streams[cid] = tool.args_stream()
-            case em.ToolArgsOut(call_id=cid, name=name, delta=delta, model_call_id=mcid):
-                tool = ctx.registry.get(name)
-                if tool is None:
-                    return
-                send(tool_frames.partial(cid, tool.tool_call(tool.placeholder()), mcid, delta))
-                stream = streams.get(cid)
-                if stream is not None:
-                    for d in stream.feed(delta):
-                        send(tool_frames.delta(cid, d, mcid))
-            case _:
-                send(encode.encode_emit(emit))
-
-    flushed_first = False
-    before_output = ctx.before_output
-
-    async def on_events(events: list[ev.ModelEvent]) -> None:
-        nonlocal flushed_first, before_output
-        if before_output is not None:
-            await before_output()
-            before_output = None
-        now = trio.current_time()
+    async def events_in(events: list[ev.ModelEvent]) -> None:
+        nonlocal usage
         for event in events:
-            for emit in call.handle(event, now):
-                show(emit)
-                crash_point("provider_mid_stream")
-        if shown and not flushed_first:
-            # The call's first visible output: let the stream writer put it on the wire before
-            # this task parses the rest of the stream and commits (the time to first token).
-            flushed_first = True
-            await ctx.flushed()
+            if isinstance(event, ev.UsageReported):
+                usage = event.usage
+        await on_events(events)
 
     trace = _Attempts()
 
@@ -215,7 +181,7 @@ async def call_model(ctx: CallContext, request: ModelRequest) -> ModelCallResult
         trace.reported.append((n, stats))
 
     capture = bytearray() if ctx.call_log.detailed else None
-    failure: ConnectError | None = None
+    failure: Failed | None = None
     exc: BaseException | None = None
     try:
         await stream_with_retries(
@@ -223,13 +189,13 @@ async def call_model(ctx: CallContext, request: ModelRequest) -> ModelCallResult
             endpoint,
             body,
             new_parser,
-            on_events,
+            events_in,
             max_tries=ctx.max_tries,
             base_delay_s=ctx.retry_base_s,
             on_attempt=on_attempt,
             capture=capture,
         )
-        result = call.result()
+        await on_end()
     except ev.ProviderError as e:
         hint = refused_option_hint(ctx.provider_id, ctx.adapter.kind, e)
         if ctx.model is not None:
@@ -238,26 +204,32 @@ async def call_model(ctx: CallContext, request: ModelRequest) -> ModelCallResult
             hint += output_limit_hint(ctx.model, ctx.adapter.kind)
         elif ctx.model is not None and exceeds_context(e):
             hint += context_hint(ctx.model)
-        text = e.message + hint
-        exc, failure = e, ConnectError("unavailable", text, provider_error_details(text))
+        exc, failure = e, Failed("unavailable", e.message + hint, provider=True)
     except ModelProtocolError as e:
-        text = f"provider stream broke protocol: {e}"
-        exc, failure = e, ConnectError("unavailable", text, provider_error_details(text))
+        exc, failure = e, Failed("unavailable", f"provider stream broke protocol: {e}", provider=True)
     except BaseException as e:  # cancellation, or a bug: recorded, then re-raised
         exc = e
         raise
     finally:
         # Never wait on SQLite here: the record is queued and written by the CallLog's task.
         try:
-            usage = call.result().usage if exc is None else None
             ctx.call_log.submit(
-                _call_record(ctx, rendered, decided_ms, decided_at, trace, exc, failure, usage, capture)
+                _call_record(
+                    ctx,
+                    rendered,
+                    decided_ms,
+                    decided_at,
+                    trace,
+                    exc,
+                    failure,
+                    usage if exc is None else None,
+                    capture,
+                )
             )
         except Exception:
             log.exception("could not record a provider call of request %s", ctx.request_id)
     if failure is not None:
         raise ProviderCallFailed(failure)
-    return result
 
 
 @attrs.define
@@ -273,7 +245,7 @@ def _call_record(
     decided_at: float,
     trace: _Attempts,
     exc: BaseException | None,
-    failure: ConnectError | None,
+    failure: Failed | None,
     usage: Usage | None,
     capture: bytearray | None,
 ) -> LlmCallRecord:

@@ -1,432 +1,197 @@
-"""One agent Run: compile, loop provider calls and tool rounds, publish checkpoints, end the stream.
+"""One agent Run: its start point, then the turn machine driven to one outcome, written once.
 
-The turn's I/O lives in run/ (this module, start_point, history, provider_call, tool_round);
-what it decides comes from the sans-IO layers: cursor/ (request, prompting, checkpoint graph,
-encoding, tools), loop/ (model call assembly), model/ (projection) and providers/ (request
-bytes, stream parsing).
-
-Frame orders (seeds 000 §19, §21, §22.3):
-  tool round: assistant committed -> staged checkpoint (pending = the assistant) -> Execs ->
-              each result committed -> all settled -> settled checkpoint -> next provider call
-  turn end:   final assistant committed -> blobs ACKed -> turn_ended -> staged -> settled ->
-              settled again -> EndStream {}
+What the turn decides is loop/turn.py's (the table); run/driver.py feeds it and hands its
+commands to run/turn_effects.py. This module owns the run's nursery: the inbox pump, the start
+point, and every effect's task live in it, and the run's cancel scope (preemption, a client's
+cancel, the reconnect grace running out, shutdown) ends them all.
 """
 
 from __future__ import annotations
 
 import logging
-import uuid
-from collections.abc import Awaitable, Callable
 
-import attrs
 import trio
 
-from byok.config import ConfigError, ModelConfig, ProviderConfig
-from byok.cursor import encode
-from byok.cursor.checkpoint import (
-    Blob,
-    Checkpoint,
-    TurnRecord,
-    assistant_step,
-    build_checkpoint,
-    thinking_step,
-)
+from byok.cursor.exec_router import ExecRouter
 from byok.cursor.prompting import mode_name
 from byok.cursor.request import RunStart
+from byok.cursor.token_details import unmeasured
 from byok.cursor.tools.base import ToolOutcome
-from byok.exception_groups import first_except
-from byok.http.connect_envelope import ConnectError, end_stream_error, end_stream_ok
-from byok.loop.model_call import ModelCallResult
-from byok.model.messages import Message
-from byok.model.request import ModelRequest
-from byok.model.usage import Usage
-from byok.pb.agent import v1 as agent
-from byok.run.conversation import ConversationMemory, ConversationSupervisor
-from byok.run.crash import crash_point
+from byok.loop.turn_values import Begin, Cancel, Canceled, Failed, Fault, Input, Outcome, Start, Succeeded
+from byok.run.context import RunContext
+from byok.run.conversation import ConversationSupervisor
 from byok.run.deps import RunDeps
+from byok.run.driver import Driver
 from byok.run.history import StartFailed
 from byok.run.inbox_pump import pump_inbox
-from byok.run.kv import KvFailure, KvLink
-from byok.run.provider_call import ProviderCallFailed, call_model, model_settings, run_call_context
+from byok.run.kv import KvLink
 from byok.run.slot import RunSlot
-from byok.run.start_point import begin, changed_under_run, ends_with_answer, runtime_message, start_point
-from byok.run.token_details import token_details
-from byok.run.tool_round import ExecRouter, ToolRound
-from byok.store import RunExists, StaleRevision, StoreError
-from byok.store.records import Head
+from byok.run.start_point import begin, ends_with_answer, runtime_message, start_point
+from byok.run.turn_effects import TurnEffects, tool_done
+from byok.store import RunExists, StoreError
 
 log = logging.getLogger("byok.run")
 
 
-class RunFailed(Exception):
-    def __init__(self, error: ConnectError) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
 class Run:
     def __init__(self, slot: RunSlot, start: RunStart, deps: RunDeps, sup: ConversationSupervisor) -> None:
-        self.slot = slot
-        self.start = start
-        self.deps = deps
-        self.memory: ConversationMemory = sup.memory
-        self.kv = KvLink(slot.send, self.memory.acked)
-        slot.on_reattach = self._resend_after_reconnect
-        self.router = ExecRouter(slot.send, start.request_id)
-        self.usage: Usage | None = None
         model = deps.config.model(start.model_id)
         assert model is not None, "caller checks the model before starting a run"
-        self.model: ModelConfig = model
         provider = deps.config.provider(model.provider)
         assert provider is not None, "config validation guarantees the provider"
-        self.provider: ProviderConfig = provider
-        self.mode = mode_name(start.mode)
-        self.assets = deps.prompts[self.mode]
-        self.tool_specs = deps.tools.specs_by_mode.get(self.mode, ())
-        self.head: Head | None = None
-        self._row = "unwritten"  # "mine": the start point's first store trip wrote it; "foreign":
-        # an earlier run owns this request id, so this one writes nothing
-        self.prior_turns: tuple[bytes, ...] = ()
-        self.details = agent.ConversationTokenDetails(max_tokens=self.model.context_tokens)
+        mode = mode_name(start.mode)
+        self.driver: Driver | None = None
+        memory = sup.memory
+        self.ctx = RunContext(
+            start=start,
+            deps=deps,
+            slot=slot,
+            memory=memory,
+            kv=KvLink(slot.send, memory.acked),
+            router=ExecRouter(slot.send, start.request_id, self._tool_done),
+            model=model,
+            provider=provider,
+            mode=mode,
+            assets=deps.prompts[mode],
+            tool_specs=deps.tools.specs_by_mode.get(mode, ()),
+            details=unmeasured(model.context_tokens),
+        )
+        slot.on_reattach = self._resend_after_reconnect
+        # "mine": the start point's first store trip wrote the run's row; "foreign": an earlier
+        # run owns this request id, so this one writes nothing.
+        self._row = "unwritten"
 
-    # --- lifecycle ------------------------------------------------------------------
+    def _tool_done(self, call_id: str, outcome: ToolOutcome) -> None:
+        assert self.driver is not None
+        self.driver.submit(tool_done(call_id, outcome))
+
+    # --- lifecycle ------------------------------------------------------------------------
     async def run(self, scope: trio.CancelScope) -> None:
         """Run to one terminal state: success, error or canceled — written once, EndStream last."""
-        st = self.start
-        error: ConnectError | None = None
-        ended_ok = False  # the ok end-stream is queued: the outcome the client gets is decided
+        c = self.ctx
         with scope:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(pump_inbox, self.slot, self.kv, self.router, scope)
-                try:
-                    await self._turn()
-                    ended_ok = True
-                except RunFailed as e:
-                    error = e.error
-                except StoreError as e:  # the machine's fault (disk full, read-only), not byok's
-                    error = ConnectError("internal", f"byok's database failed: {e}")
-                except Exception as e:  # a bug, not a peer error: still one clean terminal state
-                    log.exception("run %s failed internally", st.request_id)
-                    error = ConnectError("internal", f"internal error: {type(e).__name__}: {e}")
-                nursery.cancel_scope.cancel()
-        if ended_ok:
-            # A cancel (or preemption, or grace expiry) that lands after this point is late: it
-            # can only strike at the nursery's exit, and must not record another outcome.
-            await self._finish("success")
-        elif scope.cancelled_caught:
-            self.router.abort_all()
-            self.slot.close(end_stream_error(ConnectError("canceled", "run was cancelled")))
-            await self._finish("canceled")
-        elif error is not None:
-            log.error("run %s ended with %s", st.request_id, error)
-            self.router.abort_all()
-            self.slot.close(end_stream_error(error))
-            await self._finish("error", error)
+            try:
+                async with trio.open_nursery() as nursery:
+                    effects = TurnEffects(c, nursery)
+                    self.driver = effects.driver = Driver(effects)
+                    nursery.start_soon(pump_inbox, c.slot, c.kv, c.router, self.driver)
+                    nursery.start_soon(self._start)
+                    await effects.ended.wait()
+                    nursery.cancel_scope.cancel()
+            except Exception as e:  # a bug, not a peer error: still one clean terminal state
+                log.exception("run %s failed internally", c.start.request_id)
+                if self.driver is not None:
+                    self.driver.end_now(Fault(Failed("internal", f"internal error: {type(e).__name__}: {e}")))
+        if self.driver is not None and not self.driver.ended:
+            # Cancelled from outside (preemption, the reconnect grace, shutdown). A cancel that
+            # lands after the end was decided records nothing else: the client has that end.
+            self.driver.end_now(Cancel())
+        outcome = c.outcome if c.outcome is not None else Canceled()
+        await self._finish(outcome)
 
     def _resend_after_reconnect(self) -> None:
-        n = self.kv.resend_unacked()
+        n = self.ctx.kv.resend_unacked()
         if n:
             log.info(
-                "run %s: RunSSE reconnected, re-sent %d unanswered blob SET/GET(s)", self.start.request_id, n
+                "run %s: RunSSE reconnected, re-sent %d unanswered blob SET/GET(s)",
+                self.ctx.start.request_id,
+                n,
             )
 
-    async def _finish(self, status: str, error: ConnectError | None = None) -> None:
+    async def _finish(self, outcome: Outcome) -> None:
         """Record the terminal state. The client already has it; a database that cannot take it
         (disk full) costs the record, never the daemon: the row stays 'running' and the next
         start marks it interrupted."""
+        status = (
+            "success"
+            if isinstance(outcome, Succeeded)
+            else "canceled"
+            if isinstance(outcome, Canceled)
+            else "error"
+        )
         with trio.CancelScope(shield=True):
             if self._row == "foreign":
                 return
             try:
-                await self._record_end(status, error)
+                await self._record_end(status, outcome if isinstance(outcome, Failed) else None)
             except StoreError as e:
-                log.error("run %s: its end (%s) could not be recorded: %s", self.start.request_id, status, e)
+                log.error(
+                    "run %s: its end (%s) could not be recorded: %s", self.ctx.start.request_id, status, e
+                )
+        # The slot lingers for a reconnecting RunSSE: it must not keep the finished run (its
+        # history, its turn's cards) alive through these hooks.
+        self.ctx.slot.on_reattach = None
 
-    async def _record_end(self, status: str, error: ConnectError | None) -> None:
+    async def _record_end(self, status: str, error: Failed | None) -> None:
+        c, store = self.ctx, self.ctx.deps.store
+        st = c.start
         if self._row == "unwritten":  # the run ended before its start point wrote the row
-            st = self.start
-            await self.deps.store.start_run(
-                st.request_id, st.conversation_id, st.model_id, self.deps.wall_ms()
-            )
-        root_ids = list(self.memory.unsaved.items())
-        await self.deps.store.finish_run(
-            self.start.request_id,
+            await store.start_run(st.request_id, st.conversation_id, st.model_id, c.deps.wall_ms())
+        root_ids = list(c.memory.unsaved.items())
+        usage = self.driver.state.usage if self.driver is not None else None
+        await store.finish_run(
+            st.request_id,
             status,
-            self.deps.wall_ms(),
+            c.deps.wall_ms(),
             error_code=error.code if error else None,
             error_message=error.message if error else None,
-            usage=self.usage,
+            usage=usage,
             root_ids=root_ids,
         )
-        self.memory.saved(root_ids)
+        c.memory.saved(root_ids)
 
-    # --- the turn ----------------------------------------------------------------------
-    async def _turn(self) -> None:
+    # --- the start point ------------------------------------------------------------------
+    async def _start(self) -> None:
+        assert self.driver is not None
         try:
-            turn, staged = await self._start_point()
+            inp = await self._start_point()
         except StartFailed as e:
-            raise RunFailed(e.error) from None
-        settled: Checkpoint | None = None  # a round's checkpoint, published during the next call
-        if staged is not None:
-            # Resume of a staged round: run its tools again, without calling the provider again.
-            turn, settled = await self._execute_round(turn, staged)
-        elif self.start.action == "resume_action" and ends_with_answer(self._current_head().messages):
-            # The client resumed from the turn-end staged checkpoint: the answer is committed,
-            # only the final checkpoints are missing.
-            await self._publish_final(turn)
-            return
-        while True:
-            crash_point("provider_call_planned")
-            result = await self._call_model(settled)
-            self.usage = result.usage if self.usage is None else self.usage + result.usage
-            self.details = token_details(
-                result.usage,
-                system_prompt=self.assets.system,
-                tool_specs=self.tool_specs,
-                request_context=self.start.request_context,
-                context_tokens=self.model.context_tokens,
-            )
-            if result.message.thinking:
-                turn = turn.with_step(thinking_step(result.message.thinking, result.thinking_duration_ms))
-            if result.message.text:
-                turn = turn.with_step(assistant_step(result.message.text))
-            if result.reason == "stop":
-                await self._publish_final(turn, result.message)
-                return
-            turn, settled = await self._tool_round(turn, result)
+            inp = Fault(e.failure)
+        except StoreError as e:  # the machine's fault (disk full, read-only), not byok's
+            inp = Fault(Failed("internal", f"byok's database failed: {e}"))
+        except Exception as e:
+            log.exception("run %s failed internally", self.ctx.start.request_id)
+            inp = Fault(Failed("internal", f"internal error: {type(e).__name__}: {e}"))
+        await self.driver.feed(inp)
 
-    async def _start_point(self) -> tuple[TurnRecord, Message | None]:
+    async def _start_point(self) -> Input:
         """Load or import the history, move the head for an edit or a resume, append the run's
-        runtime message(s) exactly once; return the turn to build and any staged round to re-run."""
-        st = self.start
-        wall_ms = self.deps.wall_ms
-        runtime = runtime_message(self.assets, st, wall_ms()) if st.action == "user_message_action" else None
+        runtime message(s) exactly once; the machine's Begin says what the run does first."""
+        c = self.ctx
+        st, wall_ms = c.start, c.deps.wall_ms
+        runtime = runtime_message(c.assets, st, wall_ms()) if st.action == "user_message_action" else None
         try:
-            begun = await begin(self.deps.store, st, runtime, wall_ms())
+            begun = await begin(c.deps.store, st, runtime, wall_ms())
         except RunExists as e:
             self._row = "foreign"
-            raise RunFailed(
-                ConnectError("already_exists", f"request id already used by an earlier run: {e}")
-            ) from None
+            return Fault(Failed("already_exists", f"request id already used by an earlier run: {e}"))
         self._row = "mine"
-        timeout_s = self.deps.config.server.kv_ack_timeout_s
         point = await start_point(
-            self.deps.store,
-            self.kv,
-            self.memory,
+            c.deps.store,
+            c.kv,
+            c.memory,
             st,
             begun,
             runtime,
             wall_ms=wall_ms,
-            timeout_s=timeout_s,
+            timeout_s=c.deps.config.server.kv_ack_timeout_s,
         )
-        self.head, self.prior_turns = point.head, point.prior_turns
+        c.head, c.prior_turns, c.turn = point.head, point.prior_turns, point.turn
         if point.token_details is not None:
-            self.details = point.token_details
-        return point.turn, point.staged
-
-    async def _tool_round(self, turn: TurnRecord, result: ModelCallResult) -> tuple[TurnRecord, Checkpoint]:
-        assistant = attrs.evolve(result.message, tool_round_id=str(uuid.uuid4()))
-        await self._recall_root_ids()
-        # Built on the head before the commit (the assistant travels inline): its SETs go out
-        # first, so the client ACKs them while SQLite commits the round.
-        staged = self._checkpoint(self._current_head().messages, [assistant], turn)
-        self.kv.offer(staged.blobs)
-        await self._append([assistant])
-        await self._put_blobs(staged.blobs)
-        crash_point("blobs_acked")
-        self.slot.send(encode.checkpoint(staged.state))
-        return await self._execute_round(turn, assistant)
-
-    async def _execute_round(self, turn: TurnRecord, assistant: Message) -> tuple[TurnRecord, Checkpoint]:
-        """Run the round's tools and commit their results; returns the turn and the round's
-        settled checkpoint, which the next call publishes (``_call_model``)."""
-        calls = assistant.tool_calls
-        registry = self.deps.tools.registry
-        steps: dict[str, Blob] = {}  # call id -> its step (a known tool's card)
-        published_ids: set[str] = set()
-        call_ids = {c.call_id for c in calls}
-        settled_turn: list[TurnRecord] = []
-
-        async def commit(message: Message) -> None:
-            await self._append([message])
-            crash_point("tool_result_committed")
-
-        def published(message: Message, outcome: ToolOutcome) -> None:
-            # The settled checkpoint will reference this result's root and (for a known tool) its
-            # step: SET them now, so their ACKs come back while the result is committed and other
-            # tools run. With the last result goes the turn's structure, so the settled checkpoint
-            # waits for no ACK round trip of its own (the client answers SETs one at a time).
-            # Blobs are content-addressed: a SET of a result whose commit then fails leaves the
-            # client an unreferenced blob, nothing more.
-            blobs = [self.memory.root_of(message, with_data=True)]
-            if message.tool_name in registry:
-                step = steps[message.tool_call_id] = Blob.of(encode.tool_step(outcome.ui_bytes()))
-                blobs.append(step)
-            published_ids.add(message.tool_call_id)
-            if len(published_ids) == len(call_ids):
-                # The round's steps in the model's call order (the results came in completion
-                # order); a call without a step (an unknown tool) adds none.
-                settled_turn.append(turn.with_steps([steps[c.call_id] for c in calls if c.call_id in steps]))
-                blobs.append(settled_turn[0].structure())
-            self.kv.offer(blobs)
-
-        def assistant_root_out() -> None:
-            # The settled checkpoint lists the assistant as a root (the staged one held it
-            # inline): its SET and ACK go while the tools run.
-            self.kv.offer([self.memory.root_of(assistant, with_data=True)])
-
-        await ToolRound(
-            router=self.router,
-            registry=registry,
-            send=self.slot.send,
-            flushed=self.slot.flushed,
-            commit=commit,
-            published=published,
-            dispatched=assistant_root_out,
-            round_id=assistant.tool_round_id,
-            model_call_id=assistant.model_call_id,
-        ).run(calls)
-        if settled_turn:  # ToolRound.run returns once every call is published
-            turn = settled_turn[0]
-        await self._recall_root_ids()
-        return turn, self._checkpoint(self._current_head().messages, [], turn)
-
-    async def _publish_settled(self, settled: Checkpoint, out: trio.Event) -> None:
-        await self._put_blobs(settled.blobs)
-        self.slot.send(encode.checkpoint(settled.state))
-        crash_point("settled_checkpoint_sent")
-        out.set()
-
-    async def _publish_final(self, turn: TurnRecord, answer: Message | None = None) -> None:
-        """The turn's end: ``answer`` is committed first (None: it already is, a resume)."""
-        await self._recall_root_ids()
-        messages = self._current_head().messages
-        if answer is not None:
-            messages = (*messages, answer)
-        staged = self._checkpoint(messages[:-1], [messages[-1]], turn)
-        settled = self._checkpoint(messages, [], turn)
-        if answer is not None:
-            # The final checkpoints' SETs go out before the answer's commit: the client ACKs
-            # them while SQLite writes (a checkpoint depends on the messages' content only).
-            self.kv.offer([*staged.blobs, *settled.blobs])
-            await self._append([answer])
-        head = self._current_head()
-        await self._put_blobs([*staged.blobs, *settled.blobs])
-        self.memory.drop_acked_roots()  # an idle conversation keeps root ids, not their bytes
-        assert settled.turn_id is not None
-        await self.deps.store.save_turns(
-            self.start.conversation_id, head.revision_id, (*self.prior_turns, settled.turn_id)
+            c.details = point.token_details
+        start: Start = "call"
+        if point.staged is not None:
+            start = "tools"  # a resume of a staged round: its tools run again, no provider call
+        elif st.action == "resume_action" and ends_with_answer(c.head.messages):
+            start = "final"  # resumed from the turn-end staged checkpoint: only those are missing
+        offered = frozenset(s.name for s in c.tool_specs)
+        known = frozenset(c.deps.tools.registry)
+        return Begin(
+            request_id=st.request_id,
+            mode=c.mode,
+            start=start,
+            offered=offered,
+            carded=offered & known,
+            known=known,
+            staged=point.staged,
         )
-        self.slot.send(encode.turn_ended(self.usage) if self.usage else encode.turn_ended_empty())
-        crash_point("turn_ended_sent")
-        self.slot.send(encode.checkpoint(staged.state))
-        self.slot.send(encode.checkpoint(settled.state))
-        self.slot.send(encode.checkpoint(settled.state))
-        self.slot.close(end_stream_ok())
-
-    # --- pieces -------------------------------------------------------------------------
-    def _current_head(self) -> Head:
-        assert self.head is not None
-        return self.head
-
-    def _checkpoint(
-        self, stable: tuple[Message, ...], pending: list[Message], turn: TurnRecord
-    ) -> Checkpoint:
-        return build_checkpoint(
-            system_prompt=self.assets.system,
-            stable=stable,
-            pending=pending,
-            prior_turns=self.prior_turns,
-            turn=turn,
-            token_details=self.details,
-            mode=self.start.mode,
-            root_of=self.memory.root_of,
-            roots=self.memory.root_list,
-        )
-
-    async def _put_blobs(self, blobs: list[Blob] | tuple[Blob, ...]) -> None:
-        try:
-            await self.kv.put(blobs, timeout_s=self.deps.config.server.kv_ack_timeout_s)
-        except KvFailure as e:
-            raise RunFailed(ConnectError("internal", f"checkpoint not published: {e}")) from None
-
-    async def _recall_root_ids(self) -> None:
-        """Before a checkpoint lists every root: after a restart, read the saved root ids back
-        instead of encoding thousands of messages again."""
-        head = self._current_head()
-        if self.memory.needs_recall(head.messages):
-            self.memory.recall(await self.deps.store.root_ids_at(head.revision_id))
-
-    async def _append(self, messages: list[Message]) -> None:
-        head = self._current_head()
-        try:
-            self.head = await self.deps.store.append(
-                self.start.conversation_id, head.version, messages, self.deps.wall_ms()
-            )
-        except StaleRevision as e:
-            raise RunFailed(changed_under_run(e)) from None
-
-    async def _call_model(self, settled: Checkpoint | None) -> ModelCallResult:
-        """The next provider call. With ``settled``, the last round's checkpoint is published
-        meanwhile: the request goes out while the client answers the checkpoint's blob SETs, one
-        round trip each, and the call's output waits until the checkpoint is queued, as the
-        settled checkpoint precedes the next model interaction. A failed call still publishes it
-        (its results are committed); a failed publish ends the call."""
-        if settled is None:
-            return await self._call_provider(None)
-        out = trio.Event()
-        failed: RunFailed | None = None
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._publish_settled, settled, out)
-                try:
-                    result = await self._call_provider(out.wait)
-                except RunFailed as e:
-                    failed = e
-        except BaseExceptionGroup as group:
-            # The failure raised as itself, as when the two were sequential. A cancellation that
-            # came with it needs no carrying: the run's cancelled scope raises it again.
-            failure = first_except(group, trio.Cancelled)
-            if failure is None:
-                raise
-            raise failure from None
-        if failed is not None:
-            raise failed
-        return result
-
-    async def _call_provider(self, before_output: Callable[[], Awaitable[None]] | None) -> ModelCallResult:
-        try:
-            api_key = self.provider.api_key()
-        except ConfigError as e:  # api_key_env unset where the daemon runs (a service's own env)
-            raise RunFailed(
-                ConnectError("failed_precondition", f"no API key for provider {self.provider.id!r}: {e}")
-            ) from None
-        template = ModelRequest(
-            system=self.assets.system,
-            tools=self.tool_specs,
-            history=(),
-            settings=model_settings(self.model, self.provider, self.start.conversation_id),
-        )
-        request = await self.deps.renders.request(
-            self.deps.store,
-            self.start.conversation_id,
-            self._current_head().messages,
-            self.provider.kind,
-            template,
-        )
-        ctx = run_call_context(
-            request_id=self.start.request_id,
-            conversation_id=self.start.conversation_id,
-            provider=self.provider,
-            model=self.model,
-            api_key=api_key,
-            deps=self.deps,
-            slot=self.slot,
-            before_output=before_output,
-        )
-        try:
-            with self.deps.activity.provider_call():  # the store is idle meanwhile (upkeep.py)
-                return await call_model(ctx, request)
-        except ProviderCallFailed as e:
-            raise RunFailed(e.error) from None

@@ -14,8 +14,8 @@ from typing import Literal
 
 import trio
 
-from byok.http.connect_envelope import encode_frame
-from byok.pb.agent import v1 as agent
+from byok.cursor.client_messages import ClientMessage
+from byok.loop.turn_values import Outcome
 from byok.run.bidi_order import AppendOrder
 
 SlotKind = Literal["unknown", "agent", "relay"]
@@ -32,16 +32,17 @@ class RunSlot:
         self.kind: SlotKind = "unknown"
         self.decided = trio.Event()  # kind is no longer "unknown"
         self.runsse_open = False  # a RunSSE came for this id: it is an agent request id
-        self.order: AppendOrder[agent.AgentClientMessage] = AppendOrder()
-        # Frames are buffered until a RunSSE is attached; the run never waits on the client.
-        self._frames_send, self.frames = trio.open_memory_channel[bytes](math.inf)
-        self._inbox_send, self.inbox = trio.open_memory_channel[agent.AgentClientMessage](math.inf)
-        self._held: list[agent.AgentClientMessage] = []
+        self.order: AppendOrder[ClientMessage] = AppendOrder()
+        # Encoded AgentServerMessages, then the run's outcome (the last item): buffered until a
+        # RunSSE is attached; the run never waits on the client. http/ frames them.
+        self._frames_send, self.frames = trio.open_memory_channel[bytes | Outcome](math.inf)
+        self._inbox_send, self.inbox = trio.open_memory_channel[ClientMessage](math.inf)
+        self._held: list[ClientMessage] = []
         self.run_started = False
-        self.closed = False  # the end-stream frame has been queued
+        self.closed = False  # the outcome has been queued
         # Kept after it is queued: a RunSSE that reconnects after the run ended (its first stream
         # died with the end frame in it) must still learn how the run ended.
-        self.end_frame: bytes | None = None
+        self.outcome: Outcome | None = None
         self.finished = trio.Event()  # the run task has ended
         self._attached: trio.CancelScope | None = None
         self.attached_event = trio.Event()  # set when a RunSSE (re)attaches
@@ -66,16 +67,16 @@ class RunSlot:
         """Queue one encoded AgentServerMessage."""
         if self.closed:
             return
-        self._frames_send.send_nowait(encode_frame(message))
+        self._frames_send.send_nowait(message)
         self._queued += 1
 
-    def close(self, end_stream: bytes) -> None:
-        """Queue the end-stream frame (already enveloped) and close the stream: it is the last frame."""
+    def close(self, outcome: Outcome) -> None:
+        """Queue how the run ended and close the stream: its EndStream is the last frame."""
         if self.closed:
             return
         self.closed = True
-        self.end_frame = end_stream
-        self._frames_send.send_nowait(end_stream)
+        self.outcome = outcome
+        self._frames_send.send_nowait(outcome)
         self._queued += 1
         self._frames_send.close()
         self.order.clear()
@@ -98,11 +99,11 @@ class RunSlot:
         self._wrote = trio.Event()
 
     # --- bidi side ------------------------------------------------------------
-    def deliver(self, message: agent.AgentClientMessage) -> None:
+    def deliver(self, message: ClientMessage) -> None:
         if not self.closed:
             self._inbox_send.send_nowait(message)
 
-    def hold(self, message: agent.AgentClientMessage) -> None:
+    def hold(self, message: ClientMessage) -> None:
         """Accept a message in seqno order, to be delivered by ``release``: a BidiAppend is
         answered before the run spends CPU on what it carries (Cursor sends its next append,
         such as a KV ACK, only after that answer)."""

@@ -22,7 +22,7 @@ from byok.cursor.background import (
 from byok.cursor.checkpoint import TurnRecord
 from byok.cursor.prompting import ModeAssets, build_runtime_message
 from byok.cursor.request import RunStart
-from byok.http.connect_envelope import ConnectError
+from byok.loop.turn_values import Failed
 from byok.model.messages import Message
 from byok.pb.agent import v1 as agent
 from byok.run.conversation import ConversationMemory
@@ -43,9 +43,9 @@ def iso_utc(ms: int) -> str:
     return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC).isoformat(timespec="seconds")
 
 
-def changed_under_run(e: StaleRevision) -> ConnectError:
+def changed_under_run(e: StaleRevision) -> Failed:
     # The supervisor serializes runs, so only an outside writer can move the head.
-    return ConnectError("aborted", f"conversation changed under this run: {e}")
+    return Failed("aborted", f"conversation changed under this run: {e}")
 
 
 @contextlib.contextmanager

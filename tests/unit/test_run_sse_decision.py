@@ -14,7 +14,7 @@ from byok.http.asgi import ClientGone
 from byok.http.connect_envelope import encode_frame
 from byok.http.run_stream import DECISION_TIMEOUT_S, MAX_UNDECIDED_STREAMS, RunStreams
 from byok.pb.aiserver import v1 as aiserver
-from byok.run.slot import RunRegistry
+from byok.run.slot import RunRegistry, RunSlot
 
 
 class Client:
@@ -47,10 +47,24 @@ class Client:
 SCOPE = {"type": "http", "headers": [(b"content-type", b"application/connect+proto")]}
 
 
+class Lifecycle:
+    """The run service's side that RunSSE reports to (no run is started here)."""
+
+    def __init__(self) -> None:
+        self.dropped: list[str] = []
+
+    def stream_dropped(self, slot: RunSlot) -> None:
+        self.dropped.append(slot.request_id)
+
+
 def streams(nursery: trio.Nursery) -> RunStreams:
     config = Config(server=ServerConfig(), providers=(), models=(), source="<test>")
     return RunStreams(
-        config=config, registry=RunRegistry(), forward=None, nursery=nursery, append=lambda *a: None
+        config=config,
+        registry=RunRegistry(),
+        forward=None,
+        service=Lifecycle(),  # type: ignore[arg-type]
+        append=lambda *a: None,
     )
 
 

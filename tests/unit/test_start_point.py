@@ -34,7 +34,7 @@ async def test_a_resume_move_on_a_changed_conversation_is_aborted(tmp_path: Path
     await store.append(CONV, seen.version, [Message(role="user", origin="user", text="elsewhere")], 2)
     with pytest.raises(StartFailed) as e:
         await start_point._move_to(store, CONV, seen, 1, lambda: 3)  # the head it saw is stale
-    assert (e.value.error.code, "changed under this run" in e.value.error.message) == ("aborted", True)
+    assert (e.value.failure.code, "changed under this run" in e.value.failure.message) == ("aborted", True)
     await store.aclose()
 
 
@@ -58,7 +58,7 @@ async def test_an_import_into_a_conversation_written_meanwhile_is_aborted(tmp_pa
     await store.append(CONV, 0, [Message(role="user", origin="user", text="elsewhere")], 1)
     with pytest.raises(StartFailed) as e:
         await start_point._import(store, Blobs(messages), st, 2, 1.0)  # type: ignore[arg-type]
-    assert e.value.error.code == "aborted"
+    assert e.value.failure.code == "aborted"
     await store.aclose()
 
 

@@ -16,14 +16,15 @@ import trio.testing
 from byok.config_load import load_config
 from byok.cursor import encode
 from byok.cursor.checkpoint import Blob
+from byok.cursor.client_messages import KvAnswer, kv_answer
 from byok.http.app import App
 from byok.http.connect_envelope import (
     ConnectError,
     FrameDecoder,
     encode_frame,
     end_stream_error,
-    end_stream_ok,
 )
+from byok.loop.turn_values import Canceled, Succeeded
 from byok.pb.agent import v1 as agent
 from byok.run.conversation import ActiveRun
 from byok.run.deps import RunDeps, ToolSetup
@@ -45,15 +46,15 @@ class KvClient:
         self.frames.append(kv)
 
 
-def ack(kv_id: int, error: str | None = None) -> agent.KvClientMessage:
+def ack(kv_id: int, error: str | None = None) -> KvAnswer:
     result = (
         agent.SetBlobResult(error=agent.Error(message=error)) if error is not None else agent.SetBlobResult()
     )
-    return agent.KvClientMessage(id=kv_id, set_blob_result=result)
+    return kv_answer(agent.KvClientMessage(id=kv_id, set_blob_result=result))
 
 
-def get_answer(kv_id: int, data: bytes | None) -> agent.KvClientMessage:
-    return agent.KvClientMessage(id=kv_id, get_blob_result=agent.GetBlobResult(blob_data=data))
+def get_answer(kv_id: int, data: bytes | None) -> KvAnswer:
+    return kv_answer(agent.KvClientMessage(id=kv_id, get_blob_result=agent.GetBlobResult(blob_data=data)))
 
 
 BLOBS = [Blob.of(b"first blob"), Blob.of(b"second blob")]
@@ -365,7 +366,7 @@ async def test_idle_stream_heartbeats_and_forwards_in_order(
         await trio.sleep(hb / 2)
         slot.send(text("c"))
         await trio.sleep(2 * hb)  # idle again: two heartbeats (timed from the last frame)
-        slot.close(end_stream_ok())
+        slot.close(Succeeded())
 
     nursery.start_soon(run_side)
     await app.run_streams._stream_frames(slot, resp.receive, resp.send)
@@ -394,8 +395,8 @@ async def test_buffered_frames_then_end_stream(
     app = make_app(nursery)
     slot = RunSlot("r1")
     slot.send(text("x"))
+    slot.close(Canceled())
     err = end_stream_error(ConnectError("canceled", "run was cancelled"))
-    slot.close(err)
     slot.send(text("after close"))  # ignored
     resp = FakeResponse()
     await app.run_streams._stream_frames(slot, resp.receive, resp.send)
@@ -456,7 +457,7 @@ async def test_reconnect_within_grace_keeps_the_run(
     # The new stream continues from where it starts: no replay of what the old one delivered.
     kinds = [k for _, k in second.messages()]
     assert kinds[0] == "text:while away" and set(kinds[1:]) == {"heartbeat"}
-    slot.close(end_stream_ok())
+    slot.close(Succeeded())
     await trio.sleep(0.1)
     assert [k for _, k in second.messages()][-1] == "end-stream:{}"
 
@@ -468,9 +469,9 @@ async def test_grace_ends_quietly_when_the_run_finished(
     slot = RunSlot("r1")
     cancelled: list[float] = []
     slot.cancel_run = lambda: cancelled.append(trio.current_time())
-    nursery.start_soon(app.run_streams._grace, slot)
+    nursery.start_soon(app.service._grace, slot)
     await trio.sleep(1)
-    slot.close(end_stream_ok())  # the run ended during the grace
+    slot.close(Succeeded())  # the run ended during the grace
     await trio.sleep(app.config.server.reconnect_grace_s)
     assert cancelled == []
 
@@ -489,11 +490,11 @@ async def test_slot_attach_detach() -> None:
 
 
 def fake_run(app: App, request_id: str, duration: float, log: list[tuple[str, str, float]]) -> None:
-    """Register a run in ``app.active`` the way App._run_task does; it lasts ``duration``."""
+    """Register a run in ``app.service.active`` the way App._run_task does; it lasts ``duration``."""
     me = ActiveRun(request_id, trio.CancelScope(), trio.Event())
-    app.active.add(me)
-    if app._idle.is_set():
-        app._idle = trio.Event()
+    app.service.active.add(me)
+    if app.service._idle.is_set():
+        app.service._idle = trio.Event()
 
     async def body() -> None:
         try:
@@ -504,11 +505,11 @@ def fake_run(app: App, request_id: str, duration: float, log: list[tuple[str, st
                 log.append((request_id, "cancelled", trio.current_time()))
         finally:
             me.done.set()
-            app.active.discard(me)
-            if not app.active:
-                app._idle.set()
+            app.service.active.discard(me)
+            if not app.service.active:
+                app.service._idle.set()
 
-    app.nursery.start_soon(body)
+    app.service.nursery.start_soon(body)
 
 
 async def test_shutdown_returns_when_runs_end_before_the_deadline(
@@ -521,7 +522,7 @@ async def test_shutdown_returns_when_runs_end_before_the_deadline(
     await app.shutdown(10)
     assert trio.current_time() == 5
     assert sorted(log) == [("a", "finished", 3), ("b", "finished", 5)]
-    assert not app.accepting and not app.active
+    assert not app.service.accepting and not app.service.active
 
 
 async def test_shutdown_cancels_at_the_deadline(
@@ -535,7 +536,7 @@ async def test_shutdown_cancels_at_the_deadline(
     await app.shutdown(10)
     assert trio.current_time() == 10
     assert sorted(log) == [("quick", "finished", 2), ("slow", "cancelled", 10), ("slower", "cancelled", 10)]
-    assert not app.active
+    assert not app.service.active
 
 
 async def test_shutdown_when_idle_is_immediate(
@@ -543,7 +544,7 @@ async def test_shutdown_when_idle_is_immediate(
 ) -> None:
     app = make_app(nursery)
     await app.shutdown(10)
-    assert trio.current_time() == 0 and not app.accepting
+    assert trio.current_time() == 0 and not app.service.accepting
 
 
 async def test_no_new_run_after_shutdown(

@@ -5,9 +5,9 @@ oneof field, an empty placeholder, the record with arguments), how its complete 
 are validated, and an ``Execution`` state machine that turns the validated call into
 client round-trips and, finally, one ``ToolOutcome``.
 
-An Execution never does I/O. It returns ``Action`` values; the run layer (run/tool_round.py)
-performs them: it assigns Exec ids, sends ExecServerMessages, routes the client's results
-back by id, forwards UI updates, and commits the outcome. One transport per tool: an
+An Execution never does I/O. It returns ``Action`` values; cursor/exec_router.py performs
+them for the run layer: it assigns Exec ids, sends ExecServerMessages, routes the client's
+results back by id and forwards UI updates; the run commits the outcome. One transport per tool: an
 Execution only ever sends the Exec variants of its own tool (Write/StrReplace: a hidden
 read, then a write).
 """

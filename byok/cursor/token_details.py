@@ -9,6 +9,13 @@ from byok.model.request import ToolSpec
 from byok.model.usage import Usage
 from byok.pb.agent import v1 as agent
 
+TokenDetails = agent.ConversationTokenDetails
+
+
+def unmeasured(context_tokens: int) -> TokenDetails:
+    """The meter before any provider call of the run has reported."""
+    return agent.ConversationTokenDetails(max_tokens=context_tokens)
+
 
 def token_details(
     last: Usage,

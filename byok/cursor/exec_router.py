@@ -1,0 +1,160 @@
+"""A tool round against the client (sans-IO): dispatch each call, route the client's results by
+Exec id.
+
+``ExecRouter`` is per Run: Exec ids are a uint32 counter for the whole run (Cursor numbers
+them per request), results are matched by id only, and ids of finished execs are
+remembered so a late or repeated result/close/throw is ignored idempotently. It is fed
+synchronously by the run's inbox pump and hands each finished outcome to ``on_done`` (the
+turn machine), which commits them in completion order.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+
+import betterproto2
+
+from byok.cursor import tool_frames
+from byok.cursor.tools.base import (
+    Action,
+    Execution,
+    Finish,
+    Invocation,
+    SendExec,
+    ToolArgError,
+    ToolDef,
+    ToolOutcome,
+    Update,
+)
+from byok.model.messages import ToolCall
+from byok.pb.agent import v1 as agent
+
+log = logging.getLogger("byok.tools")
+
+
+class ExecRouter:
+    def __init__(
+        self, send: Callable[[bytes], None], request_id: str, on_done: Callable[[str, ToolOutcome], None]
+    ) -> None:
+        self._send = send
+        self._request_id = request_id
+        self._next_id = 1
+        self._pending: dict[int, tuple[str, Execution]] = {}  # exec id -> (call id, execution)
+        self._finished: set[int] = set()
+        self._on_done = on_done  # (call id, outcome), in the order calls finish
+        self._calls: dict[str, tuple[Execution, str]] = {}  # call id -> (execution, model_call_id)
+
+    # --- dispatch -----------------------------------------------------------------------
+    def begin(self, call_id: str, model_call_id: str, execution: Execution) -> None:
+        self._calls[call_id] = (execution, model_call_id)
+        self._perform(call_id, execution.start())
+
+    def finish_now(self, call_id: str, outcome: ToolOutcome) -> None:
+        self._on_done(call_id, outcome)
+
+    def _perform(self, call_id: str, actions: list[Action]) -> None:
+        execution, model_call_id = self._calls[call_id]
+        for action in actions:
+            if isinstance(action, SendExec):
+                exec_id = self._next_id
+                self._next_id += 1
+                msg = action.message
+                msg.id = exec_id
+                msg.exec_id = call_id
+                # An Execution has at most one exec in flight: the previous phase is finished.
+                for old, (cid, _) in list(self._pending.items()):
+                    if cid == call_id:
+                        del self._pending[old]
+                        self._finished.add(old)
+                self._pending[exec_id] = (call_id, execution)
+                self._send(tool_frames.exec_request(msg))
+            elif isinstance(action, Update):
+                u = action.update
+                if u.tool_call_delta is not None:
+                    u.tool_call_delta.call_id = call_id
+                    u.tool_call_delta.model_call_id = model_call_id
+                self._send(tool_frames.update(u))
+            elif isinstance(action, Finish):
+                for old, (cid, _) in list(self._pending.items()):
+                    if cid == call_id:
+                        del self._pending[old]
+                        self._finished.add(old)
+                self._on_done(call_id, action.outcome)
+
+    # --- client messages ------------------------------------------------------------------
+    def on_exec_message(self, msg: agent.ExecClientMessage) -> None:
+        entry = self._pending.get(msg.id)
+        if entry is None:
+            self._stale("result", msg.id)
+            return
+        call_id, execution = entry
+        self._perform(call_id, execution.on_result(msg))
+
+    def on_control(self, msg: agent.ExecClientControlMessage) -> None:
+        name, value = betterproto2.which_one_of(msg, "message")
+        if name == "heartbeat" or value is None:
+            return  # a heartbeat, or a control message with no variant: nothing to route
+        entry = self._pending.get(value.id)
+        if entry is None:
+            if name == "throw" or value.id not in self._finished:
+                self._stale(name, value.id)
+            return  # stream_close after a terminal result: the normal tail
+        call_id, execution = entry
+        if name == "stream_close":
+            self._perform(call_id, execution.on_stream_close())
+        elif name == "throw":
+            self._perform(call_id, execution.on_throw(value.error))
+
+    def _stale(self, what: str, exec_id: int) -> None:
+        log.info(
+            "request %s: ignoring %s for unknown or finished exec id %s", self._request_id, what, exec_id
+        )
+
+    def abort_all(self) -> None:
+        """Tell the client to stop every exec still running (cancel, error, preemption)."""
+        for exec_id in sorted(self._pending):
+            self._send(tool_frames.exec_abort(exec_id))
+            self._finished.add(exec_id)
+        self._pending.clear()
+
+    @property
+    def running(self) -> int:
+        return len(self._pending)
+
+
+def dispatch(
+    router: ExecRouter,
+    registry: Mapping[str, ToolDef],
+    send: Callable[[bytes], None],
+    model_call_id: str,
+    calls: tuple[ToolCall, ...],
+    refused: Mapping[str, str],
+) -> None:
+    """Start every call of a round, in the model's order: a refused one (a tool the run did not
+    offer) and one with unusable arguments finish at once with an error, never executed."""
+    for call in calls:
+        reason = refused.get(call.call_id)
+        tool = registry.get(call.name)
+        if reason is not None or tool is None:
+            text = reason or f"Error: unknown tool '{call.name}'"
+            router.finish_now(call.call_id, ToolOutcome(content=text, is_error=True, ui=agent.ToolCall()))
+            continue
+        try:
+            raw = json.loads(call.arguments or "{}")
+            if not isinstance(raw, dict):
+                raise ToolArgError("arguments must be a JSON object")
+            args = tool.parse(raw)
+        except (ValueError, ToolArgError) as e:
+            problem = f"invalid JSON arguments: {e}" if isinstance(e, ValueError) else str(e)
+            outcome = ToolOutcome(
+                content=f"Error: {call.name} was not run: {problem}",
+                is_error=True,
+                ui=tool.tool_call(tool.placeholder()),
+            )
+            router.finish_now(call.call_id, outcome)
+            continue
+        send(tool_frames.started(call.call_id, tool.tool_call(tool.ui(args)), model_call_id))
+        invocation = Invocation(call.call_id, call.name, model_call_id, args)
+        router.begin(call.call_id, model_call_id, tool.execute(invocation))

@@ -1,0 +1,41 @@
+"""What one run works with and on: its request, the conversation's memory, its links to the
+client (slot, KV, exec router) and the history it appends to. The start point fills in the head
+and the turn; the effects move the head as they commit."""
+
+from __future__ import annotations
+
+import attrs
+
+from byok.config import ModelConfig, ProviderConfig
+from byok.cursor.checkpoint import TurnRecord
+from byok.cursor.exec_router import ExecRouter
+from byok.cursor.prompting import ModeAssets
+from byok.cursor.request import RunStart
+from byok.cursor.token_details import TokenDetails
+from byok.loop.turn_values import Outcome
+from byok.model.request import ToolSpec
+from byok.run.conversation import ConversationMemory
+from byok.run.deps import RunDeps
+from byok.run.kv import KvLink
+from byok.run.slot import RunSlot
+from byok.store.records import Head
+
+
+@attrs.define(eq=False)
+class RunContext:
+    start: RunStart
+    deps: RunDeps
+    slot: RunSlot
+    memory: ConversationMemory
+    kv: KvLink
+    router: ExecRouter
+    model: ModelConfig
+    provider: ProviderConfig
+    mode: str
+    assets: ModeAssets
+    tool_specs: tuple[ToolSpec, ...]
+    details: TokenDetails
+    head: Head = attrs.field(default=None)  # set by the start point
+    prior_turns: tuple[bytes, ...] = ()
+    turn: TurnRecord = attrs.field(default=None)  # the turn as it stood when the run started
+    outcome: Outcome | None = None

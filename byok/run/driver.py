@@ -1,0 +1,97 @@
+"""The driver: inputs in, ``loop.turn.transition``, commands out to the effects.
+
+Every input of a run goes through ``submit``: the provider stream task, the exec router, the
+inbox pump, the effects' own tasks (a commit done, a checkpoint out). Trio runs one task at a
+time, so the transitions happen in one order, the order inputs were submitted. Commands are
+performed in the order the machine gave them by whichever task is draining; a task that submits
+while another drains leaves its commands to it. Only ``Flush`` is awaited in line (the writer
+gets at most a few milliseconds); every longer effect runs as a task of the run's nursery and
+reports back with an input.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from byok.loop.turn import LoopProtocolError, TurnState, transition
+from byok.loop.turn_values import Command, End, Failed, Fault, Flush, Input
+
+log = logging.getLogger("byok.run")
+
+
+class Effects(Protocol):
+    def perform(self, command: Command) -> None:
+        """Do ``command`` now, or start a task that will (and submit its result)."""
+        ...
+
+    async def flush(self) -> None: ...
+
+
+class Driver:
+    def __init__(self, effects: Effects, *, record: Callable[[Input], None] | None = None) -> None:
+        self.state = TurnState()
+        self.effects = effects
+        self._queue: deque[Command] = deque()
+        self._draining = False
+        self._record = record  # the run's input log (replay), when kept
+
+    @property
+    def ended(self) -> bool:
+        return self.state.phase == "ended"
+
+    def submit(self, inp: Input) -> None:
+        """Take one input. Raises ModelProtocolError (state unchanged) for a provider event that
+        breaks the stream contract: the provider task that fed it fails its call."""
+        if self._record is not None:
+            self._record(inp)
+        try:
+            self.state, commands = transition(self.state, inp)
+        except LoopProtocolError as e:
+            # A bug of the run layer, not of a peer: the run still ends in one clean state.
+            log.exception("run %s: %s", self.state.request_id, e)
+            self.state, commands = transition(self.state, Fault(Failed("internal", f"internal error: {e}")))
+        self._queue.extend(commands)
+
+    async def feed(self, inp: Input) -> None:
+        self.submit(inp)
+        await self.drain()
+
+    async def drain(self) -> None:
+        if self._draining:
+            return  # the task draining now performs them, in order
+        self._draining = True
+        try:
+            while self._queue:
+                command = self._queue.popleft()
+                if isinstance(command, Flush):
+                    await self.effects.flush()
+                else:
+                    self.effects.perform(command)
+        finally:
+            self._draining = False
+
+    def end_now(self, inp: Input) -> End | None:
+        """After the run's scope was cancelled: decide with ``inp`` and perform only the end
+        (the effects' tasks are gone). None when the end was decided before."""
+        self._queue.clear()
+        if self.ended:
+            return None
+        self.submit(inp)
+        end = next(c for c in self._queue if isinstance(c, End))
+        self._queue.clear()
+        self.effects.perform(end)
+        return end
+
+
+def reporting(driver: Driver, work: Callable[[], Awaitable[Input | None]]) -> Callable[[], Awaitable[None]]:
+    """A task that runs ``work`` and feeds back the input it returns."""
+
+    async def task() -> None:
+        inp = await work()
+        if inp is not None:
+            await driver.feed(inp)
+
+    return task

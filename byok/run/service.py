@@ -1,0 +1,125 @@
+"""The run service: every run's lifecycle in one place.
+
+It keeps the slots (RunRegistry), starts a run for an accepted run_request under its
+conversation's supervisor (which cancels and awaits the run it supersedes), cancels a run whose
+RunSSE stayed away longer than the reconnect grace, lets a finished run's slot linger for late
+appends, and drains or cancels the runs at shutdown. http/ only frames and routes: it hands
+decoded requests here and writes the frames of the slots this gives it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import trio
+
+from byok.config import Config
+from byok.cursor.request import RunRequestError, RunStart
+from byok.loop.turn_values import Failed
+from byok.run.conversation import ActiveRun, Supervisors
+from byok.run.deps import RunDeps
+from byok.run.runner import Run
+from byok.run.slot import RunRegistry, RunSlot
+
+log = logging.getLogger("byok.run")
+
+# A finished run's slot lingers so late appends (ACKs, heartbeats) are dropped idempotently, and
+# a RunSSE reconnecting after the end still learns it.
+SLOT_LINGER_S = 120.0
+
+
+class RunService:
+    def __init__(self, *, config: Config, deps: RunDeps, nursery: trio.Nursery) -> None:
+        self.config = config
+        self.deps = deps
+        self.nursery = nursery
+        self.registry = RunRegistry()
+        self.supervisors = Supervisors()
+        self.accepting = True
+        self.active: set[ActiveRun] = set()
+        self._idle = trio.Event()
+        self._idle.set()
+        # What upkeep between runs and the call log wait for (run/upkeep.py): the runs' starts and
+        # ends here, their provider calls in the effects.
+        self.activity = deps.activity
+
+    def start(self, slot: RunSlot, parse: Callable[[], RunStart]) -> Failed | None:
+        """Start the run the run_request asks for (``parse`` validates it), or refuse it: its
+        stream then ends with the refusal, which is returned."""
+        try:
+            if not self.accepting:
+                raise RunRequestError("unavailable", "byok is shutting down")
+            start = parse()
+            if self.config.model(start.model_id) is None:
+                raise RunRequestError("not_found", f"model {start.model_id!r} is not configured in byok")
+        except RunRequestError as e:
+            failure = Failed(e.code, e.message)
+            self.refuse(slot, failure)
+            return failure
+        slot.run_started = True
+        self.nursery.start_soon(self._run, slot, start)
+        return None
+
+    def refuse(self, slot: RunSlot, failure: Failed) -> None:
+        """A run that will not start: its RunSSE, open or still to come, ends with ``failure``."""
+        slot.close(failure)
+        self.nursery.start_soon(self._linger, slot)
+
+    def fail(self, slot: RunSlot, failure: Failed) -> None:
+        """The client's side of a run broke (a malformed stream): end the run, or its slot."""
+        log.warning("request %s: %s: %s", slot.request_id, failure.code, failure.message)
+        if slot.cancel_run is not None:
+            slot.cancel_run()
+        else:
+            slot.close(failure)
+
+    def stream_dropped(self, slot: RunSlot) -> None:
+        """The run's RunSSE went away: keep the run for a reconnect, within the grace."""
+        if not slot.closed:
+            self.nursery.start_soon(self._grace, slot)
+
+    async def _grace(self, slot: RunSlot) -> None:
+        grace = self.config.server.reconnect_grace_s
+        reattached = slot.attached_event
+        with trio.move_on_after(grace):
+            await reattached.wait()
+            return
+        if not slot.closed and slot.cancel_run is not None:
+            log.info("request %s: RunSSE gone for %gs, cancelling the run", slot.request_id, grace)
+            slot.cancel_run()
+
+    async def _run(self, slot: RunSlot, start: RunStart) -> None:
+        sup = self.supervisors.get(start.conversation_id)
+        me = ActiveRun(start.request_id, trio.CancelScope(), trio.Event())
+        slot.cancel_run = me.scope.cancel
+        self.active.add(me)
+        self.activity.started()
+        if self._idle.is_set():
+            self._idle = trio.Event()
+        try:
+            await sup.run(me, Run(slot, start, self.deps, sup).run)
+        finally:
+            slot.finished.set()
+            # The slot lingers for a reconnecting RunSSE: it must not keep the finished run (its
+            # history, its turn's cards) alive through these hooks.
+            slot.cancel_run = slot.on_reattach = None
+            self.active.discard(me)
+            self.activity.finished()
+            if not self.active:
+                self._idle.set()
+            self.nursery.start_soon(self._linger, slot)
+
+    async def shutdown(self, grace_s: float) -> None:
+        """Stop accepting runs, let active ones finish within ``grace_s``, then cancel the rest."""
+        self.accepting = False
+        with trio.move_on_after(grace_s):
+            await self._idle.wait()
+        for run in list(self.active):
+            log.info("shutdown: cancelling run %s", run.request_id)
+            run.scope.cancel()
+        await self._idle.wait()
+
+    async def _linger(self, slot: RunSlot) -> None:
+        await trio.sleep(SLOT_LINGER_S)
+        self.registry.remove(slot.request_id, slot)

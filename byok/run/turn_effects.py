@@ -1,0 +1,387 @@
+"""What the turn machine's commands do in the world: the store, the client's KV, its tools, the
+provider, the frames. Short ones happen in ``perform``; long ones are tasks of the run's
+nursery that submit their result to the driver as an input.
+
+The pipelining lives here, behind the commands: a commit's ``ahead`` blobs are SET before the
+store writes, so the client ACKs them meanwhile; a gated provider call's output waits for the
+settled checkpoint (``_gate``), while its request is already on its way.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import trio
+
+from byok.config import ConfigError
+from byok.cursor import encode, tool_frames
+from byok.cursor.checkpoint import (
+    Blob,
+    Checkpoint,
+    TurnRecord,
+    assistant_step,
+    build_checkpoint,
+    thinking_step,
+)
+from byok.cursor.exec_router import dispatch
+from byok.cursor.token_details import token_details
+from byok.cursor.tools.base import ArgsStream, ToolOutcome
+from byok.loop import emits as em
+from byok.loop.turn_values import (
+    AnswerStep,
+    CallModel,
+    CallUsage,
+    Command,
+    Commit,
+    Committed,
+    End,
+    Failed,
+    Fault,
+    FinalCheckpoints,
+    Input,
+    ModelEnded,
+    ModelEvents,
+    ModelFailed,
+    Publish,
+    Published,
+    ResultBlobs,
+    RunTools,
+    SettledCheckpoint,
+    Show,
+    ShowToolDone,
+    StagedCheckpoint,
+    Step,
+    Succeeded,
+    ThinkingStep,
+    ToolDone,
+)
+from byok.model import events as ev
+from byok.model.messages import Message
+from byok.model.request import ModelRequest
+from byok.run.context import RunContext
+from byok.run.crash import crash_point
+from byok.run.driver import Driver
+from byok.run.kv import KvFailure
+from byok.run.provider_call import ProviderCallFailed, model_settings, run_call_context, stream_model
+from byok.run.start_point import changed_under_run
+from byok.store import StaleRevision, StoreError
+
+log = logging.getLogger("byok.run")
+
+
+class TurnEffects:
+    def __init__(self, ctx: RunContext, nursery: trio.Nursery) -> None:
+        self.ctx = ctx
+        self.nursery = nursery
+        self.driver: Driver | None = None  # set by the run, which makes both
+        self.ended = trio.Event()
+        self._prepared: tuple[object, tuple[Checkpoint, ...]] | None = None
+        self._step_blobs: dict[int, tuple[Step, Blob]] = {}  # id(step) -> (step, its blob)
+        self._turn: tuple[tuple[Step, ...], TurnRecord] | None = None  # the last turn built
+        self._gate: trio.Event | None = None  # set once the settled checkpoint is queued
+        self._streams: dict[str, ArgsStream] = {}  # call id -> its live arguments view
+
+    # --- the driver's side ---------------------------------------------------------------
+    def perform(self, command: Command) -> None:
+        match command:
+            case Show(emit=emit):
+                self._show(emit)
+                crash_point("provider_mid_stream")
+            case CallModel():
+                self._streams = {}
+                self._spawn(self._call_model, command)
+            case Commit():
+                self._spawn(self._commit, command)
+            case Publish(checkpoint=SettledCheckpoint()):
+                self._gate = trio.Event()
+                self._spawn(self._publish, command)
+            case Publish():
+                self._spawn(self._publish, command)
+            case RunTools():
+                self._run_tools(command)
+            case ShowToolDone(call_id=call_id, result=result, model_call_id=mcid):
+                assert isinstance(result, ToolOutcome)
+                self.ctx.slot.send(encode.tool_call_completed(call_id, result.ui_bytes(), mcid))
+            case CallUsage(usage=usage):
+                c = self.ctx
+                c.details = token_details(
+                    usage,
+                    system_prompt=c.assets.system,
+                    tool_specs=c.tool_specs,
+                    request_context=c.start.request_context,
+                    context_tokens=c.model.context_tokens,
+                )
+            case End():
+                self._end(command)
+            case _:
+                raise AssertionError(f"no effect for {command!r}")
+
+    async def flush(self) -> None:
+        await self.ctx.slot.flushed()
+
+    def _spawn(self, work: Callable[[Command], Awaitable[Input | None]], command: Command) -> None:
+        self.nursery.start_soon(self._report, work, command)
+
+    async def _report(self, work: Callable[[Command], Awaitable[Input | None]], command: Command) -> None:
+        """Run one effect; its result, or its failure, is the machine's next input."""
+        try:
+            inp = await work(command)
+        except StaleRevision as e:
+            inp = Fault(changed_under_run(e))
+        except KvFailure as e:
+            inp = Fault(Failed("internal", f"checkpoint not published: {e}"))
+        except StoreError as e:  # the machine's fault (disk full, read-only), not byok's
+            inp = Fault(Failed("internal", f"byok's database failed: {e}"))
+        except Exception as e:  # a bug, not a peer error: still one clean terminal state
+            log.exception("run %s failed internally", self.ctx.start.request_id)
+            inp = Fault(Failed("internal", f"internal error: {type(e).__name__}: {e}"))
+        if inp is not None:
+            assert self.driver is not None
+            await self.driver.feed(inp)
+
+    # --- frames ------------------------------------------------------------------------------
+    def _show(self, emit: em.Emit) -> None:
+        send, registry = self.ctx.slot.send, self.ctx.deps.tools.registry
+        match emit:
+            case em.ToolCallOpened(call_id=cid, name=name, model_call_id=mcid):
+                tool = registry[name]
+                send(tool_frames.partial(cid, tool.tool_call(tool.placeholder()), mcid))
+                if tool.args_stream is not None:
+                    self._streams[cid] = tool.args_stream()
+            case em.ToolArgsOut(call_id=cid, name=name, delta=delta, model_call_id=mcid):
+                tool = registry[name]
+                send(tool_frames.partial(cid, tool.tool_call(tool.placeholder()), mcid, delta))
+                stream = self._streams.get(cid)
+                if stream is not None:
+                    for d in stream.feed(delta):
+                        send(tool_frames.delta(cid, d, mcid))
+            case _:
+                send(encode.encode_emit(emit))
+
+    def _end(self, end: End) -> None:
+        c = self.ctx
+        c.outcome = end.outcome
+        if not isinstance(end.outcome, Succeeded):
+            c.router.abort_all()
+        if isinstance(end.outcome, Failed):
+            log.error("run %s ended with %s: %s", c.start.request_id, end.outcome.code, end.outcome.message)
+        c.slot.close(end.outcome)
+        self.ended.set()
+
+    # --- the provider ----------------------------------------------------------------------------
+    async def _call_model(self, command: Command) -> Input | None:
+        assert isinstance(command, CallModel) and self.driver is not None
+        driver, c = self.driver, self.ctx
+        gate = self._gate if command.gated else None
+        crash_point("provider_call_planned")
+        try:
+            api_key = c.provider.api_key()
+        except ConfigError as e:  # api_key_env unset where the daemon runs (a service's own env)
+            return Fault(Failed("failed_precondition", f"no API key for provider {c.provider.id!r}: {e}"))
+        template = ModelRequest(
+            system=c.assets.system,
+            tools=c.tool_specs,
+            history=(),
+            settings=model_settings(c.model, c.provider, c.start.conversation_id),
+        )
+        request = await c.deps.renders.request(
+            c.deps.store, c.start.conversation_id, c.head.messages, c.provider.kind, template
+        )
+        call = run_call_context(
+            request_id=c.start.request_id,
+            conversation_id=c.start.conversation_id,
+            provider=c.provider,
+            model=c.model,
+            api_key=api_key,
+            deps=c.deps,
+        )
+
+        async def on_events(events: list[ev.ModelEvent]) -> None:
+            if gate is not None:
+                await gate.wait()
+            await driver.feed(ModelEvents(tuple(events), trio.current_time()))
+
+        async def on_end() -> None:
+            if gate is not None:
+                await gate.wait()
+            await driver.feed(ModelEnded())
+
+        try:
+            with c.deps.activity.provider_call():  # the store is idle meanwhile (upkeep.py)
+                await stream_model(call, request, on_events, on_end)
+        except ProviderCallFailed as e:
+            return ModelFailed(e.failure)
+        return None
+
+    # --- the store and the client's KV -----------------------------------------------------------
+    async def _commit(self, command: Command) -> Input:
+        assert isinstance(command, Commit)
+        c = self.ctx
+        ahead = command.ahead
+        if isinstance(ahead, StagedCheckpoint):
+            # Built on the head before the commit (the assistant travels inline): its SETs go
+            # out first, so the client ACKs them while SQLite commits the round.
+            await self._recall_root_ids()
+            staged = self._checkpoint(c.head.messages, [ahead.assistant], ahead.steps)
+            c.kv.offer(staged.blobs)
+            self._prepared = (ahead, (staged,))
+        elif isinstance(ahead, FinalCheckpoints):
+            # Likewise the turn end's two checkpoints (they depend on the messages' content only).
+            await self._recall_root_ids()
+            checkpoints = self._final(ahead)
+            c.kv.offer([*checkpoints[0].blobs, *checkpoints[1].blobs])
+            self._prepared = (ahead, checkpoints)
+        elif isinstance(ahead, ResultBlobs):
+            self._offer_result(ahead)
+        await self._append(list(command.messages))
+        if isinstance(ahead, ResultBlobs):
+            crash_point("tool_result_committed")
+        return Committed()
+
+    def _offer_result(self, ahead: ResultBlobs) -> None:
+        """The settled checkpoint will reference this result's root and (for a tool with a card)
+        its step: SET them now, so their ACKs come back while the result is committed and other
+        tools run. With the last result goes the turn's structure, so the settled checkpoint
+        waits for no ACK round trip of its own (the client answers SETs one at a time). Blobs
+        are content-addressed: a SET of a result whose commit then fails leaves the client an
+        unreferenced blob, nothing more."""
+        blobs = [self.ctx.memory.root_of(ahead.message, with_data=True)]
+        if ahead.step is not None:
+            blobs.append(self._step_blob(ahead.step))
+        if ahead.settled_steps is not None:
+            blobs.append(self._turn_of(ahead.settled_steps).structure())
+        self.ctx.kv.offer(blobs)
+
+    async def _append(self, messages: list[Message]) -> None:
+        c = self.ctx
+        c.head = await c.deps.store.append(
+            c.start.conversation_id, c.head.version, messages, c.deps.wall_ms()
+        )
+
+    async def _publish(self, command: Command) -> Input:
+        assert isinstance(command, Publish)
+        checkpoint = command.checkpoint
+        c = self.ctx
+        if isinstance(checkpoint, StagedCheckpoint):
+            (staged,) = self._take_prepared(checkpoint)
+            await self._put(staged.blobs)
+            crash_point("blobs_acked")
+            c.slot.send(encode.checkpoint(staged.state))
+            return Published("staged")
+        if isinstance(checkpoint, SettledCheckpoint):
+            await self._recall_root_ids()
+            settled = self._checkpoint(c.head.messages, [], checkpoint.steps)
+            await self._put(settled.blobs)
+            c.slot.send(encode.checkpoint(settled.state))
+            crash_point("settled_checkpoint_sent")
+            assert self._gate is not None
+            self._gate.set()
+            return Published("settled")
+        return await self._publish_final(checkpoint)
+
+    async def _publish_final(self, final: FinalCheckpoints) -> Input:
+        c = self.ctx
+        if self._prepared is not None and self._prepared[0] is final:
+            staged, settled = self._take_prepared(final)
+        else:  # a resume after the answer: it is committed already
+            await self._recall_root_ids()
+            staged, settled = self._final(final)
+        await self._put([*staged.blobs, *settled.blobs])
+        c.memory.drop_acked_roots()  # an idle conversation keeps root ids, not their bytes
+        assert settled.turn_id is not None
+        await c.deps.store.save_turns(
+            c.start.conversation_id, c.head.revision_id, (*c.prior_turns, settled.turn_id)
+        )
+        c.slot.send(encode.turn_ended(final.usage) if final.usage else encode.turn_ended_empty())
+        crash_point("turn_ended_sent")
+        c.slot.send(encode.checkpoint(staged.state))
+        c.slot.send(encode.checkpoint(settled.state))
+        c.slot.send(encode.checkpoint(settled.state))
+        return Published("final")
+
+    def _take_prepared(self, spec: object) -> tuple[Checkpoint, ...]:
+        assert self._prepared is not None and self._prepared[0] is spec, "published before its commit"
+        checkpoints = self._prepared[1]
+        self._prepared = None
+        return checkpoints
+
+    def _final(self, final: FinalCheckpoints) -> tuple[Checkpoint, Checkpoint]:
+        messages = self.ctx.head.messages
+        if final.answer is not None:
+            messages = (*messages, final.answer)
+        staged = self._checkpoint(messages[:-1], [messages[-1]], final.steps)
+        return staged, self._checkpoint(messages, [], final.steps)
+
+    async def _put(self, blobs: list[Blob] | tuple[Blob, ...]) -> None:
+        await self.ctx.kv.put(blobs, timeout_s=self.ctx.deps.config.server.kv_ack_timeout_s)
+
+    async def _recall_root_ids(self) -> None:
+        """Before a checkpoint lists every root: after a restart, read the saved root ids back
+        instead of encoding thousands of messages again."""
+        c = self.ctx
+        if c.memory.needs_recall(c.head.messages):
+            c.memory.recall(await c.deps.store.root_ids_at(c.head.revision_id))
+
+    # --- checkpoints -------------------------------------------------------------------------------
+    def _checkpoint(
+        self, stable: tuple[Message, ...], pending: list[Message], steps: tuple[Step, ...]
+    ) -> Checkpoint:
+        c = self.ctx
+        return build_checkpoint(
+            system_prompt=c.assets.system,
+            stable=stable,
+            pending=pending,
+            prior_turns=c.prior_turns,
+            turn=self._turn_of(steps),
+            token_details=c.details,
+            mode=c.start.mode,
+            root_of=c.memory.root_of,
+            roots=c.memory.root_list,
+        )
+
+    def _turn_of(self, steps: tuple[Step, ...]) -> TurnRecord:
+        """The turn the run started from with this run's ``steps`` (each step hashed once; a
+        turn that extends the last one built only adds what is new)."""
+        built, turn = self._turn or ((), self.ctx.turn)
+        if len(steps) < len(built) or any(a is not b for a, b in zip(built, steps, strict=False)):
+            built, turn = (), self.ctx.turn
+        turn = turn.with_steps([self._step_blob(s) for s in steps[len(built) :]])
+        self._turn = (steps, turn)
+        return turn
+
+    def _step_blob(self, step: Step) -> Blob:
+        held = self._step_blobs.get(id(step))
+        if held is not None and held[0] is step:
+            return held[1]
+        if isinstance(step, ThinkingStep):
+            data = thinking_step(step.text, step.duration_ms)
+        elif isinstance(step, AnswerStep):
+            data = assistant_step(step.text)
+        else:
+            assert isinstance(step.result, ToolOutcome)
+            data = encode.tool_step(step.result.ui_bytes())
+        blob = Blob.of(data)
+        self._step_blobs[id(step)] = (step, blob)
+        return blob
+
+    # --- tools ---------------------------------------------------------------------------------------
+    def _run_tools(self, command: RunTools) -> None:
+        c = self.ctx
+        dispatch(
+            c.router,
+            c.deps.tools.registry,
+            c.slot.send,
+            command.model_call_id,
+            command.calls,
+            dict(command.refused),
+        )
+        # The settled checkpoint lists the assistant as a root (the staged one held it inline):
+        # its SET and ACK go while the tools run.
+        assistant = c.head.messages[-1] if c.head.messages else None
+        if assistant is not None and assistant.tool_calls:
+            c.kv.offer([c.memory.root_of(assistant, with_data=True)])
+
+
+def tool_done(call_id: str, outcome: ToolOutcome) -> ToolDone:
+    return ToolDone(call_id, outcome.content, outcome.is_error, outcome)
