@@ -291,6 +291,43 @@ async def test_invalid_arguments_and_unknown_tool_become_tool_errors(env: Env) -
     assert_prefix_property(env.daemon)
 
 
+async def test_a_tool_the_mode_does_not_offer_is_refused_never_run(env: Env) -> None:
+    """Ask mode offers no Write: a model that calls it anyway gets an error result naming the
+    tool and the mode; no Exec goes out, no card is drawn, the file is not created."""
+    args = json.dumps({"path": "made.txt", "contents": "x"})
+    env.daemon.provider.enqueue(
+        chat_tool_script([("call_w", "Write", args), ("call_r", "Read", json.dumps({"path": "a.txt"}))]),
+        chat_text_script(["ok"]),
+    )
+    (env.root / "a.txt").write_text("hello\n")
+    request = user_turn(
+        "ask something",
+        conversation_id="conv-ask",
+        model_id="byok-demo",
+        message_id="m-ask",
+        mode=agent.AgentMode.ASK,
+    )
+    tr = await env.sim.run("req-ask-write", request)
+    assert tr.end_stream == {}
+    assert not (env.root / "made.txt").exists()
+    assert [e.kind for e in tr.execs] == ["read_args"]  # only the offered tool ran
+    offered = [t["function"]["name"] for t in env.daemon.provider.requests[0].json["tools"]]
+    assert "Write" not in offered and "Read" in offered
+    results = {
+        m["tool_call_id"]: m["content"] for m in provider_messages(env.daemon)[1] if m["role"] == "tool"
+    }
+    assert "Write" in results["call_w"] and "ask mode" in results["call_w"]
+    assert "hello" in results["call_r"]
+    cards = {c.call_id for c in completed(tr)}
+    assert cards == {"call_r"}
+    partial = {
+        f.message.interaction_update.partial_tool_call.call_id
+        for f in tr.frames
+        if f.kind == "interaction_update.partial_tool_call"
+    }
+    assert "call_w" not in partial
+
+
 async def test_two_calls_with_one_id_end_the_run_with_an_error(env: Env) -> None:
     """Results are matched to calls by id, so such a round could never complete: the run ends
     with the provider's protocol error instead of waiting forever, and nothing of the broken
