@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 import attrs
 
-from byok.cursor import encode
+from byok.cursor import encode, proto_decode
 from byok.cursor.root_json import encode_root
 from byok.model.messages import Message
 from byok.pb.agent import v1 as agent
@@ -83,6 +83,31 @@ class TurnRecord:
                 )
             )
         )
+
+
+ClientState = agent.ConversationStateStructure  # the checkpoint a client sends back
+
+
+@attrs.frozen
+class TurnStructure:
+    """A turn blob's references: what the client's copy of a turn is made of."""
+
+    request_id: str
+    user_message: bytes  # blob ids
+    steps: tuple[bytes, ...]
+
+
+def turn_structure(data: bytes) -> TurnStructure | None:
+    """The references of a ConversationTurnStructure blob; None unless it is an agent turn."""
+    turn = proto_decode.parse(agent.ConversationTurnStructure, data).agent_conversation_turn
+    if turn is None:
+        return None
+    return TurnStructure(turn.request_id or "", turn.user_message, tuple(turn.steps))
+
+
+def empty_turn(request_id: str) -> TurnRecord:
+    """A turn with no user message (a resume of a conversation whose checkpoint lists none)."""
+    return TurnRecord(request_id, bytes(agent.UserMessage()))
 
 
 @attrs.frozen

@@ -12,12 +12,10 @@ from collections.abc import Callable, Iterable
 import attrs
 import trio
 
-from byok.cursor import proto_decode
-from byok.cursor.checkpoint import TurnRecord, root_blob
+from byok.cursor.checkpoint import ClientState, TurnRecord, root_blob, turn_structure
 from byok.cursor.root_json import RootJsonError, decode_root
 from byok.loop.turn_values import Failed
 from byok.model.messages import Message
-from byok.pb.agent import v1 as agent
 from byok.run.kv import KvFailure, KvLink
 from byok.store import AsyncStore
 from byok.store.records import Head
@@ -55,7 +53,7 @@ async def import_history(
     store: AsyncStore,
     kv: KvLink,
     conversation_id: str,
-    state: agent.ConversationStateStructure,
+    state: ClientState,
     now_ms: int,
     timeout_s: float,
 ) -> Head:
@@ -100,16 +98,16 @@ def group_foreign_rounds(messages: list[Message]) -> list[Message]:
 async def fetch_turn(kv: KvLink, turn_id: bytes, timeout_s: float) -> TurnRecord:
     """The client's copy of an unfinished turn, so a resumed run keeps adding to it."""
     (data,) = await _get_all(kv, [turn_id], timeout_s)
-    structure = proto_decode.parse(agent.ConversationTurnStructure, data).agent_conversation_turn
+    structure = turn_structure(data)
     if structure is None:
         raise _fail("failed_precondition", "the client's last turn is not an agent turn")
     parts = await _get_all(kv, [structure.user_message, *structure.steps], timeout_s)
-    return TurnRecord(structure.request_id or "", parts[0], tuple(parts[1:]))
+    return TurnRecord(structure.request_id, parts[0], tuple(parts[1:]))
 
 
 def resume_point(
     head: Head,
-    state: agent.ConversationStateStructure,
+    state: ClientState,
     *,
     imported: bool = False,
     root_id_of: Callable[[Message], bytes] = lambda m: root_blob(m).id,
@@ -156,7 +154,7 @@ def resume_point(
     return count, staged
 
 
-def covered_count(state: agent.ConversationStateStructure) -> int:
+def covered_count(state: ClientState) -> int:
     """How many committed messages the client's checkpoint covers: its roots but the system
     prompt, and its staged message."""
     return max(len(state.root_prompt_messages_json) - 1, 0) + (1 if state.pending_tool_calls else 0)
@@ -164,7 +162,7 @@ def covered_count(state: agent.ConversationStateStructure) -> int:
 
 def branch_points(
     ends: Iterable[tuple[int, Message]],
-    state: agent.ConversationStateStructure,
+    state: ClientState,
     root_id_of: Callable[[Message], bytes],
 ) -> list[int]:
     """Of revisions holding ``covered_count(state)`` messages (any branch, each with its last

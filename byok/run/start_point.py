@@ -19,12 +19,12 @@ from byok.cursor.background import (
     is_subagent_finished,
     simulated_user_message,
 )
-from byok.cursor.checkpoint import TurnRecord
+from byok.cursor.checkpoint import ClientState, TurnRecord, empty_turn
 from byok.cursor.prompting import ModeAssets, build_runtime_message
 from byok.cursor.request import RunStart
+from byok.cursor.token_details import TokenDetails
 from byok.loop.turn_values import Failed
 from byok.model.messages import Message
-from byok.pb.agent import v1 as agent
 from byok.run.conversation import ConversationMemory
 from byok.run.history import (
     StartFailed,
@@ -169,7 +169,7 @@ class StartPoint:
     prior_turns: tuple[bytes, ...]
     turn: TurnRecord
     staged: Message | None
-    token_details: agent.ConversationTokenDetails | None  # the client's meter, when it sent one
+    token_details: TokenDetails | None  # the client's meter, when it sent one
 
 
 async def start_point(
@@ -206,7 +206,7 @@ async def start_point(
 
     if st.action == "resume_action":
         if state is None or not state.root_prompt_messages_json:
-            return StartPoint(head, prior_turns, _empty_turn(st.request_id), None, details)
+            return StartPoint(head, prior_turns, empty_turn(st.request_id), None, details)
         if memory.needs_recall(head.messages):
             memory.recall(await store.root_ids_at(head.revision_id))
         try:
@@ -225,7 +225,7 @@ async def start_point(
         turns = list(state.turns)
         prior_turns = tuple(turns[:-1])
         if not turns:
-            return StartPoint(head, prior_turns, _empty_turn(st.request_id), staged, details)
+            return StartPoint(head, prior_turns, empty_turn(st.request_id), staged, details)
         return StartPoint(head, prior_turns, await fetch_turn(kv, turns[-1], timeout_s), staged, details)
 
     assert st.action == "background_task_completion_action", st.action
@@ -239,7 +239,7 @@ async def start_point(
     return StartPoint(head, prior_turns, turn, None, details)
 
 
-def _remember_client_blobs(acked: set[bytes], state: agent.ConversationStateStructure | None) -> None:
+def _remember_client_blobs(acked: set[bytes], state: ClientState | None) -> None:
     if state is None:
         return
     # The client holds every blob its checkpoint references (a checkpoint only ever names
@@ -256,10 +256,6 @@ def _learn_tail(acked: set[bytes], ids: list[bytes]) -> None:
         if blob_id in acked:
             return
         acked.add(blob_id)
-
-
-def _empty_turn(request_id: str) -> TurnRecord:
-    return TurnRecord(request_id, bytes(agent.UserMessage()))
 
 
 async def _import(
@@ -288,7 +284,7 @@ async def _append(
 
 
 async def _branch_point(
-    store: AsyncStore, memory: ConversationMemory, head: Head, state: agent.ConversationStateStructure
+    store: AsyncStore, memory: ConversationMemory, head: Head, state: ClientState
 ) -> tuple[int, int, Message | None] | None:
     """(revision, resume_point's count and staged message) of the newest revision off the head's
     branch whose history is exactly the client's checkpoint, or None."""
