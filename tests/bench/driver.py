@@ -345,14 +345,14 @@ async def bench_daemon(
             await stopped.wait()
 
 
-# `byok serve` with another SLOT_LINGER_S (argv[1]). The allocator is tuned before byok.http.app
+# `byok serve` with another SLOT_LINGER_S (argv[1]). The allocator is tuned before byok.run.service
 # is imported, as byok.cli imports nothing that big before `byok serve` tunes it.
 _LINGER_SERVE = """
 import sys
 from byok.allocator import tune_allocator
 tune_allocator()
-import byok.http.app
-byok.http.app.SLOT_LINGER_S = float(sys.argv.pop(1))
+import byok.run.service
+byok.run.service.SLOT_LINGER_S = float(sys.argv.pop(1))
 from byok.cli import main
 sys.argv[0] = "byok"
 raise SystemExit(main())
