@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import hashlib
 import logging
 import os
 import signal
@@ -167,6 +168,33 @@ def cmd_ca_install(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    """Run a recorded run again from its input log and say whether it sent the same bytes."""
+    from byok.cursor.client_messages import describe_frame
+    from byok.run.replay import ReplayError, replay_file
+    from byok.run.run_log import outcome_json
+
+    try:
+        result = replay_file(Path(args.file))
+    except ReplayError as e:
+        print(f"byok: {e}", file=sys.stderr)
+        return 2
+    for i, frame in enumerate(result.frames, 1):
+        print(f"frame {i}: {describe_frame(frame)} ({len(frame)} bytes)")
+    for i, body in enumerate(result.requests, 1):
+        print(f"provider request {i}: {len(body)} bytes, sha256 {hashlib.sha256(body).hexdigest()}")
+        if args.bodies:
+            print(body.decode("utf-8", "replace"))
+    print(f"outcome: {outcome_json(result.outcome)}")
+    problems = result.mismatches()
+    for problem in problems:
+        print(f"differs from the live run: {problem}")
+    if not problems:
+        n_frames, n_requests = len(result.frames), len(result.requests)
+        print(f"the same as the live run: {n_frames} frames, {n_requests} provider requests")
+    return 1 if problems else 0
+
+
 def _config_flags(p: argparse.ArgumentParser, *, listen: bool = True) -> None:
     p.add_argument("--config", help="TOML config file (default: $BYOK_CONFIG or ~/.config/byok/config.toml)")
     p.add_argument("--data-dir")
@@ -198,6 +226,12 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--model", required=True)
     sim.add_argument("--conversation")
     sim.set_defaults(func=cmd_simulate)
+    rp = sub.add_parser(
+        "replay", help="run a recorded run again from its input log ([logging] record_runs) and compare"
+    )
+    rp.add_argument("file", help="a run's log: {data_dir}/runs/<request id>.jsonl")
+    rp.add_argument("--bodies", action="store_true", help="also print each provider request's body")
+    rp.set_defaults(func=cmd_replay)
     return p
 
 

@@ -161,6 +161,8 @@ class LoggingConfig:
 
     # Also store each call's raw response stream (capped at 8 MiB) in llm_calls.response_capture.
     detailed: bool = False
+    # Keep each run's input log ({data_dir}/runs/{request_id}.jsonl) for `byok replay`.
+    record_runs: bool = False
 
 
 @attrs.frozen

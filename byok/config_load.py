@@ -76,7 +76,7 @@ _MODEL_KEYS = (
 )
 _MODELS_LIST_KEYS = ("placement",)
 _PROXY_KEYS = ("enabled", "host", "port", "intercept")
-_LOGGING_KEYS = ("detailed",)
+_LOGGING_KEYS = ("detailed", "record_runs")
 _OVERRIDE_KEYS = ("host", "port", "data_dir")
 
 
@@ -196,7 +196,9 @@ def _proxy(t: Table) -> ProxyConfig:
 
 def _logging(t: Table) -> LoggingConfig:
     t.check_keys(_LOGGING_KEYS)
-    return LoggingConfig(detailed=pick(t.boolean("detailed"), False))
+    return LoggingConfig(
+        detailed=pick(t.boolean("detailed"), False), record_runs=pick(t.boolean("record_runs"), False)
+    )
 
 
 def _unique_ids(source: str, section: str, ids: list[str]) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import attrs
 import betterproto2
 
+from byok.cursor import proto_decode
 from byok.pb.agent import v1 as agent
 
 # The transport's type: what BidiAppend (or the HTTP/2 Run) delivers to a run, undecoded.
@@ -76,3 +77,24 @@ def decode(msg: agent.AgentClientMessage) -> ClientEvent:
     if name == "conversation_action" and value.cancel_action is not None:
         return CancelRequested()
     return Unhandled(name)
+
+
+def parse(data: bytes) -> ClientMessage:
+    """An AgentClientMessage from its bytes (a run's input log holds them)."""
+    return proto_decode.parse(agent.AgentClientMessage, data)
+
+
+def describe_frame(data: bytes) -> str:
+    """What one AgentServerMessage is, for a listing: its oneof path."""
+    msg = proto_decode.parse(agent.AgentServerMessage, data)
+    name, value = betterproto2.which_one_of(msg, "message")
+    if value is None or name == "conversation_checkpoint_update":
+        return name or "(empty)"
+    for group in ("message", "query"):
+        try:
+            inner, _ = betterproto2.which_one_of(value, group)
+        except (KeyError, AttributeError):
+            continue
+        if inner:
+            return f"{name}.{inner}"
+    return name

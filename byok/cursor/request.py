@@ -85,3 +85,41 @@ def parse_run_request(request_id: str, req: agent.AgentRunRequest) -> RunStart:
         client_state=req.conversation_state,
         completions=completions,
     )
+
+
+def encode_start(st: RunStart) -> dict[str, object]:
+    """``st`` as JSON values (a run's input log): its protobuf parts as their bytes, in hex."""
+
+    def hexed(m: object | None) -> str | None:
+        return None if m is None else bytes(m).hex()  # type: ignore[call-overload]
+
+    return {
+        "request_id": st.request_id,
+        "conversation_id": st.conversation_id,
+        "model_id": st.model_id,
+        "action": st.action,
+        "user_message": hexed(st.user_message),
+        "request_context": hexed(st.request_context),
+        "mode": int(st.mode),
+        "client_state": hexed(st.client_state),
+        "completions": [bytes(c).hex() for c in st.completions],
+    }
+
+
+def decode_start(obj: dict[str, object]) -> RunStart:
+    def parsed(cls: type, value: object) -> object:
+        return None if value is None else cls().parse(bytes.fromhex(str(value)))
+
+    completions = obj.get("completions") or []
+    assert isinstance(completions, list)
+    return RunStart(
+        request_id=str(obj["request_id"]),
+        conversation_id=str(obj["conversation_id"]),
+        model_id=str(obj["model_id"]),
+        action=str(obj["action"]),
+        user_message=parsed(agent.UserMessage, obj["user_message"]),  # type: ignore[arg-type]
+        request_context=parsed(agent.RequestContext, obj["request_context"]),  # type: ignore[arg-type]
+        mode=agent.AgentMode(int(obj["mode"])),  # type: ignore[call-overload]
+        client_state=parsed(agent.ConversationStateStructure, obj["client_state"]),  # type: ignore[arg-type]
+        completions=tuple(agent.BackgroundTaskCompletion().parse(bytes.fromhex(c)) for c in completions),
+    )

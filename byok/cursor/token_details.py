@@ -12,6 +12,10 @@ from byok.pb.agent import v1 as agent
 TokenDetails = agent.ConversationTokenDetails
 
 
+def decode_details(data: bytes) -> TokenDetails:
+    return agent.ConversationTokenDetails().parse(data)
+
+
 def unmeasured(context_tokens: int) -> TokenDetails:
     """The meter before any provider call of the run has reported."""
     return agent.ConversationTokenDetails(max_tokens=context_tokens)

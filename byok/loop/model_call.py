@@ -23,6 +23,7 @@ from byok.loop.emits import (
     ToolArgsOut,
     ToolCallOpened,
 )
+from byok.loop.replace import replace
 from byok.model import events as ev
 from byok.model.messages import Message, ReplayState, ToolCall, join_surrogates
 from byok.model.usage import Usage
@@ -88,11 +89,11 @@ class CallFold:
                 return self, []
             case ev.TextDelta(text=text):
                 fold, out = self._close_thinking(now_s)
-                return attrs.evolve(fold, text=(fold.text, text)), [*out, TextOut(text)]
+                return replace(fold, text=(fold.text, text)), [*out, TextOut(text)]
             case ev.ThinkingDelta(text=text):
                 # A second reasoning phase (interleaved thinking) reopens the card.
                 first = now_s if self.thinking_first is None else self.thinking_first
-                fold = attrs.evolve(
+                fold = replace(
                     self,
                     thinking=(self.thinking, text),
                     thinking_first=first,
@@ -110,19 +111,19 @@ class CallFold:
                     # could never complete (its run would wait for the second result forever).
                     raise ModelProtocolError(f"tool call id {call_id!r} used by two calls")
                 fold, out = self._close_thinking(now_s)
-                fold = attrs.evolve(fold, calls=(*fold.calls, OpenCall(index, call_id, name)))
+                fold = replace(fold, calls=(*fold.calls, OpenCall(index, call_id, name)))
                 return fold, [*out, ToolCallOpened(call_id, name, self.model_call_id)]
             case ev.ToolCallArgsDelta(index=index, delta=delta):
                 call = self._call(index)
                 return self, [ToolArgsOut(call.call_id, call.name, delta, self.model_call_id)]
             case ev.ToolCallEnded(index=index, arguments=arguments):
                 call = self._call(index)
-                calls = tuple(attrs.evolve(c, complete=arguments) if c is call else c for c in self.calls)
-                return attrs.evolve(self, calls=calls), []
+                calls = tuple(replace(c, complete=arguments) if c is call else c for c in self.calls)
+                return replace(self, calls=calls), []
             case ev.UsageReported(usage=usage):
                 if self.usage is not None:
                     raise ModelProtocolError("a second usage report in one provider call")
-                return attrs.evolve(self, usage=usage), [TokensOut(usage.output_tokens)]
+                return replace(self, usage=usage), [TokensOut(usage.output_tokens)]
             case ev.Done():
                 if self.usage is None:
                     raise ModelProtocolError("Done without a usage report")
@@ -133,7 +134,7 @@ class CallFold:
                 if any(c.complete is None for c in self.calls):
                     raise ModelProtocolError("Done with an unfinished tool call")
                 fold, out = self._close_thinking(now_s)
-                return attrs.evolve(fold, done=event), out
+                return replace(fold, done=event), out
         raise ModelProtocolError(f"unknown model event {event!r}")
 
     def result(self) -> ModelCallResult:
@@ -164,7 +165,7 @@ class CallFold:
     def _close_thinking(self, now_s: float) -> tuple[CallFold, list[Emit]]:
         if self.thinking_first is None or self.thinking_done:
             return self, []
-        fold = attrs.evolve(self, thinking_done=True)
+        fold = replace(self, thinking_done=True)
         return fold, [ThinkingDone(fold.thinking_duration_ms)]
 
 

@@ -25,6 +25,7 @@ import attrs
 from byok.loop import ids
 from byok.loop.emits import ToolArgsOut, ToolCallOpened
 from byok.loop.model_call import CallFold
+from byok.loop.replace import replace
 from byok.loop.turn_values import (
     AnswerStep,
     Begin,
@@ -48,6 +49,7 @@ from byok.loop.turn_values import (
     Publish,
     Published,
     ResultBlobs,
+    Reveal,
     RunTools,
     SettledCheckpoint,
     Show,
@@ -126,25 +128,21 @@ def transition(state: TurnState, inp: Input) -> Result:
 
 
 def _begin(s: TurnState, b: Begin) -> Result:
-    s = attrs.evolve(
-        s, request_id=b.request_id, mode=b.mode, offered=b.offered, carded=b.carded, known=b.known
-    )
+    s = replace(s, request_id=b.request_id, mode=b.mode, offered=b.offered, carded=b.carded, known=b.known)
     if b.start == "call":
         return _call_model(s, [], gated=False)
     if b.start == "tools":
         if b.staged is None or not b.staged.tool_calls:
             raise LoopProtocolError("a staged round to run again needs its assistant's calls")
-        return _run_tools(attrs.evolve(s, round=Round(b.staged)))
+        return _run_tools(replace(s, round=Round(b.staged)))
     final = FinalCheckpoints(steps=(), answer=None, usage=None)
-    return attrs.evolve(s, phase="final_publish"), [Publish(final)]
+    return replace(s, phase="final_publish"), [Publish(final)]
 
 
 def _call_model(s: TurnState, commands: list[Command], *, gated: bool) -> Result:
     n = s.calls + 1
     call_id = ids.model_call_id(s.request_id, n)
-    s = attrs.evolve(
-        s, phase="calling", calls=n, fold=CallFold(call_id), shown=False, settling=gated, round=None
-    )
+    s = replace(s, phase="calling", calls=n, fold=CallFold(call_id), shown=False, settling=gated, round=None)
     return s, [*commands, CallModel(call_id, gated=gated)]
 
 
@@ -169,7 +167,7 @@ def _model_events(s: TurnState, inp: ModelEvents) -> Result:
         # The call's first visible output goes on the wire before the rest is parsed.
         commands.append(Flush())
         shown = True
-    return attrs.evolve(s, fold=fold, shown=shown), commands
+    return replace(s, fold=fold, shown=shown), commands
 
 
 def _model_ended(s: TurnState, _: ModelEnded) -> Result:
@@ -184,32 +182,34 @@ def _model_ended(s: TurnState, _: ModelEnded) -> Result:
     if message.text:
         steps = (*steps, AnswerStep(message.text))
     usage = result.usage if s.usage is None else s.usage + result.usage
-    s = attrs.evolve(s, steps=steps, usage=usage, fold=None)
+    s = replace(s, steps=steps, usage=usage, fold=None)
     commands: list[Command] = [CallUsage(result.usage)]
     if result.reason == "stop":
         final = FinalCheckpoints(steps, message, usage)
-        s = attrs.evolve(s, phase="final_commit", next_publish=final)
+        s = replace(s, phase="final_commit", next_publish=final)
         return s, [*commands, Commit((message,), ahead=final)]
+    # evolve, not replace: a Message keeps memos of its content (its id) that must not carry over.
     assistant = attrs.evolve(message, tool_round_id=ids.tool_round_id(s.request_id, s.calls))
     staged = StagedCheckpoint(assistant, steps)
-    s = attrs.evolve(s, phase="round_commit", round=Round(assistant), next_publish=staged)
+    s = replace(s, phase="round_commit", round=Round(assistant), next_publish=staged)
     return s, [*commands, Commit((assistant,), ahead=staged)]
 
 
 def _model_failed(s: TurnState, inp: ModelFailed) -> Result:
     if s.settling:
         # The committed results' checkpoint still goes out; the run ends after it.
-        return attrs.evolve(s, call_failure=inp.failure), []
+        return replace(s, call_failure=inp.failure), []
     return _end(s, inp.failure)
 
 
 def _settled_published(s: TurnState, inp: Published) -> Result:
     if inp.kind != "settled" or not s.settling:
         raise LoopProtocolError(f"published {inp.kind} while calling the model")
-    s = attrs.evolve(s, settling=False)
+    s = replace(s, settling=False)
     if s.call_failure is not None:
-        return _end(s, s.call_failure)
-    return s, []
+        s, end = _end(s, s.call_failure)
+        return s, [Reveal("settled"), *end]
+    return s, [Reveal("settled")]
 
 
 # --- a tool round ------------------------------------------------------------------------------
@@ -217,13 +217,14 @@ def _settled_published(s: TurnState, inp: Published) -> Result:
 
 def _round_committed(s: TurnState, _: Committed) -> Result:
     assert isinstance(s.next_publish, StagedCheckpoint)
-    return attrs.evolve(s, phase="round_publish"), [Publish(s.next_publish)]
+    return replace(s, phase="round_publish"), [Publish(s.next_publish)]
 
 
 def _round_published(s: TurnState, inp: Published) -> Result:
     if inp.kind != "staged":
         raise LoopProtocolError(f"published {inp.kind} instead of the round's staged checkpoint")
-    return _run_tools(s)
+    s, commands = _run_tools(s)
+    return s, [Reveal("staged"), *commands]
 
 
 def refusal(name: str, mode: str, known: frozenset[str]) -> str:
@@ -239,7 +240,7 @@ def _run_tools(s: TurnState) -> Result:
     refused = tuple(
         (c.call_id, refusal(c.name, s.mode, s.known)) for c in assistant.tool_calls if c.name not in s.offered
     )
-    s = attrs.evolve(s, phase="tools", next_publish=None)
+    s = replace(s, phase="tools", next_publish=None)
     return s, [RunTools(assistant.model_call_id, assistant.tool_calls, refused)]
 
 
@@ -248,9 +249,9 @@ def _tool_done(s: TurnState, done: ToolDone) -> Result:
     assert r is not None
     if done.call_id in r.seen or all(c.call_id != done.call_id for c in r.assistant.tool_calls):
         return s, []  # a repeated result, or one of an earlier round: not this round's
-    r = attrs.evolve(r, seen=r.seen | {done.call_id})
+    r = replace(r, seen=r.seen | {done.call_id})
     if r.committing is not None:
-        return attrs.evolve(s, round=attrs.evolve(r, waiting=(*r.waiting, done))), []
+        return replace(s, round=replace(r, waiting=(*r.waiting, done))), []
     return _commit_result(s, r, done)
 
 
@@ -268,10 +269,10 @@ def _commit_result(s: TurnState, r: Round, done: ToolDone) -> Result:
     )
     step = ToolStep(done.call_id, done.result) if call.name in s.carded else None
     tool_steps = r.tool_steps if step is None else (*r.tool_steps, step)
-    r = attrs.evolve(r, committing=done, tool_steps=tool_steps)
+    r = replace(r, committing=done, tool_steps=tool_steps)
     last = r.committed + 1 == _result_count(r)
     ahead = ResultBlobs(message, step, _settled_steps(s, r) if last else None)
-    return attrs.evolve(s, round=r), [Commit((message,), ahead=ahead)]
+    return replace(s, round=r), [Commit((message,), ahead=ahead)]
 
 
 def _result_count(r: Round) -> int:
@@ -296,16 +297,16 @@ def _result_committed(s: TurnState, _: Committed) -> Result:
         # A completed card means the result is in the history.
         commands.append(ShowToolDone(done.call_id, done.result, r.assistant.model_call_id))
     commands.append(Flush())
-    r = attrs.evolve(r, committing=None, committed=r.committed + 1)
+    r = replace(r, committing=None, committed=r.committed + 1)
     if r.waiting:
-        s, more = _commit_result(s, attrs.evolve(r, waiting=r.waiting[1:]), r.waiting[0])
+        s, more = _commit_result(s, replace(r, waiting=r.waiting[1:]), r.waiting[0])
         return s, [*commands, *more]
     if r.committed < _result_count(r):
-        return attrs.evolve(s, round=r), commands
+        return replace(s, round=r), commands
     # The round is complete: its settled checkpoint goes out while the next request does; the
     # call's output waits for it (clarification 12).
     steps = _settled_steps(s, r)
-    s = attrs.evolve(s, steps=steps)
+    s = replace(s, steps=steps)
     return _call_model(s, [*commands, Publish(SettledCheckpoint(steps))], gated=True)
 
 
@@ -314,17 +315,18 @@ def _result_committed(s: TurnState, _: Committed) -> Result:
 
 def _final_committed(s: TurnState, _: Committed) -> Result:
     assert isinstance(s.next_publish, FinalCheckpoints)
-    return attrs.evolve(s, phase="final_publish"), [Publish(s.next_publish)]
+    return replace(s, phase="final_publish"), [Publish(s.next_publish)]
 
 
 def _final_published(s: TurnState, inp: Published) -> Result:
     if inp.kind != "final":
         raise LoopProtocolError(f"published {inp.kind} instead of the final checkpoints")
-    return _end(s, Succeeded())
+    s, end = _end(s, Succeeded())
+    return s, [Reveal("final"), *end]
 
 
 def _end(s: TurnState, outcome: Outcome) -> Result:
-    return attrs.evolve(s, phase="ended", outcome=outcome), [End(outcome, s.usage)]
+    return replace(s, phase="ended", outcome=outcome), [End(outcome, s.usage)]
 
 
 def _fault(s: TurnState, inp: Fault) -> Result:

@@ -199,7 +199,16 @@ class Commit:
 
 @attrs.frozen
 class Publish:
+    """SET what the checkpoint references and wait for the client's ACKs (``Published``)."""
+
     checkpoint: StagedCheckpoint | SettledCheckpoint | FinalCheckpoints
+
+
+@attrs.frozen
+class Reveal:
+    """Send the published checkpoint's frames (final: turn_ended, staged, settled, settled)."""
+
+    kind: Literal["staged", "settled", "final"]
 
 
 @attrs.frozen
@@ -234,4 +243,4 @@ class End:
     usage: Usage | None
 
 
-Command = CallModel | Show | Flush | Commit | Publish | RunTools | ShowToolDone | CallUsage | End
+Command = CallModel | Show | Flush | Commit | Publish | Reveal | RunTools | ShowToolDone | CallUsage | End

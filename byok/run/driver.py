@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Protocol
 
 from byok.loop.turn import LoopProtocolError, TurnState, transition
@@ -31,22 +31,26 @@ class Effects(Protocol):
 
 
 class Driver:
-    def __init__(self, effects: Effects, *, record: Callable[[Input], None] | None = None) -> None:
+    def __init__(self, effects: Effects) -> None:
         self.state = TurnState()
         self.effects = effects
         self._queue: deque[Command] = deque()
         self._draining = False
-        self._record = record  # the run's input log (replay), when kept
+        # The run's input log (run/run_log.py), when kept: every input not derived from a client
+        # message the log holds itself.
+        self.record: Callable[[Input], None] | None = None
+        self.on_flushed: Callable[[], None] | None = None
 
     @property
     def ended(self) -> bool:
         return self.state.phase == "ended"
 
-    def submit(self, inp: Input) -> None:
+    def submit(self, inp: Input, *, derived: bool = False) -> None:
         """Take one input. Raises ModelProtocolError (state unchanged) for a provider event that
-        breaks the stream contract: the provider task that fed it fails its call."""
-        if self._record is not None:
-            self._record(inp)
+        breaks the stream contract: the provider task that fed it fails its call. ``derived``:
+        it follows from a client message (a tool's result, a cancel), which the log holds."""
+        if self.record is not None and not derived:
+            self.record(inp)
         try:
             self.state, commands = transition(self.state, inp)
         except LoopProtocolError as e:
@@ -55,8 +59,8 @@ class Driver:
             self.state, commands = transition(self.state, Fault(Failed("internal", f"internal error: {e}")))
         self._queue.extend(commands)
 
-    async def feed(self, inp: Input) -> None:
-        self.submit(inp)
+    async def feed(self, inp: Input, *, derived: bool = False) -> None:
+        self.submit(inp, derived=derived)
         await self.drain()
 
     async def drain(self) -> None:
@@ -68,10 +72,24 @@ class Driver:
                 command = self._queue.popleft()
                 if isinstance(command, Flush):
                     await self.effects.flush()
+                    # Other tasks ran meanwhile (a heartbeat answered, a result routed): the log
+                    # marks where this batch went on.
+                    if self.on_flushed is not None:
+                        self.on_flushed()
                 else:
                     self.effects.perform(command)
         finally:
             self._draining = False
+
+    def drain_to_flush(self) -> bool:
+        """``drain`` up to the next Flush, without awaiting it (a replay: the log says when the
+        live run went on after it). True when it stopped at a Flush."""
+        while self._queue:
+            command = self._queue.popleft()
+            if isinstance(command, Flush):
+                return True
+            self.effects.perform(command)
+        return False
 
     def end_now(self, inp: Input) -> End | None:
         """After the run's scope was cancelled: decide with ``inp`` and perform only the end
@@ -84,14 +102,3 @@ class Driver:
         self._queue.clear()
         self.effects.perform(end)
         return end
-
-
-def reporting(driver: Driver, work: Callable[[], Awaitable[Input | None]]) -> Callable[[], Awaitable[None]]:
-    """A task that runs ``work`` and feeds back the input it returns."""
-
-    async def task() -> None:
-        inp = await work()
-        if inp is not None:
-            await driver.feed(inp)
-
-    return task

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from byok.cursor import encode
 from byok.cursor.client_messages import (
     CancelRequested,
+    ClientMessage,
     ExecAnswer,
     ExecControl,
     Heartbeat,
@@ -23,23 +25,36 @@ from byok.run.slot import RunSlot
 log = logging.getLogger("byok.run")
 
 
-async def pump_inbox(slot: RunSlot, kv: KvLink, router: ExecRouter, driver: Driver) -> None:
+def route(msg: ClientMessage, slot: RunSlot, kv: KvLink, router: ExecRouter, driver: Driver) -> None:
+    """One client message of a run, answered or routed; what it makes the turn do waits in the
+    driver's queue for the caller to drain."""
     rid = slot.request_id
+    match decode(msg):
+        case Heartbeat():
+            slot.send(encode.heartbeat())
+        case KvAnswer() as answer:
+            if not kv.on_client(answer):
+                log.info("run %s: ignoring late/unknown kv answer id=%s", rid, answer.kv_id)
+        case ExecAnswer(message=m):
+            router.on_exec_message(m)  # a finished call reaches the driver as ToolDone
+        case ExecControl(message=m):
+            router.on_control(m)
+        case CancelRequested():
+            log.info("run %s: cancelled by client", rid)
+            driver.submit(Cancel(), derived=True)
+        case Unhandled(name=name):
+            log.warning("run %s: ignoring client message %s", rid, name)
+
+
+async def pump_inbox(
+    slot: RunSlot,
+    kv: KvLink,
+    router: ExecRouter,
+    driver: Driver,
+    log_client: Callable[[ClientMessage], None] | None,
+) -> None:
     async for msg in slot.inbox:
-        match decode(msg):
-            case Heartbeat():
-                slot.send(encode.heartbeat())
-            case KvAnswer() as answer:
-                if not kv.on_client(answer):
-                    log.info("run %s: ignoring late/unknown kv answer id=%s", rid, answer.kv_id)
-            case ExecAnswer(message=m):
-                router.on_exec_message(m)  # a finished call reaches the driver as ToolDone
-                await driver.drain()
-            case ExecControl(message=m):
-                router.on_control(m)
-                await driver.drain()
-            case CancelRequested():
-                log.info("run %s: cancelled by client", rid)
-                await driver.feed(Cancel())
-            case Unhandled(name=name):
-                log.warning("run %s: ignoring client message %s", rid, name)
+        if log_client is not None:
+            log_client(msg)
+        route(msg, slot, kv, router, driver)
+        await driver.drain()

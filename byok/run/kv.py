@@ -22,9 +22,9 @@ class KvFailure(Exception):
 
 
 class KvLink:
-    def __init__(self, send: Callable[[bytes], None], acked: set[bytes]) -> None:
+    def __init__(self, send: Callable[[bytes], None], acked: set[bytes], *, first_id: int = 0) -> None:
         self._send = send
-        self._next_id = 0
+        self._next_id = first_id
         self._waiting: dict[int, bytes] = {}  # kv id -> blob id, until the SET's answer
         self._sent: dict[int, bytes] = {}  # kv id -> the SET frame, until its answer
         self._pending: dict[bytes, trio.Event] = {}  # blob id -> set when its SET is answered
@@ -35,6 +35,10 @@ class KvLink:
         self._waits: dict[trio.CancelScope, float] = {}
         # Blob ids the client is known to hold (shared across runs of a conversation).
         self.acked = acked
+
+    @property
+    def next_id(self) -> int:
+        return self._next_id
 
     def offer(self, blobs: Iterable[Blob]) -> int:
         """SET, without waiting, every blob the client does not hold and that is not on its way
@@ -59,17 +63,23 @@ class KvLink:
         them (SETs offered earlier included). Returns how many SETs this call sent."""
         blobs = list(blobs)
         sent = self.offer(blobs)
-        waits = {b.id: self._pending[b.id] for b in blobs if b.id in self._pending}
+        await self.settle(blobs, timeout_s)
+        return sent
+
+    async def settle(self, blobs: Iterable[Blob], timeout_s: float) -> None:
+        """Wait, sending nothing, until the client answered the SETs of ``blobs`` already offered;
+        raises KvFailure when one was refused or the answers took longer than ``timeout_s``."""
+        ids = [b.id for b in blobs]
+        waits = {i: self._pending[i] for i in ids if i in self._pending}
         with self._deadline(timeout_s) as scope:
             for done in waits.values():
                 await done.wait()
         if scope.cancelled_caught:
             missing = sum(1 for d in waits.values() if not d.is_set())
             raise KvFailure(f"client did not acknowledge {missing} blob SET(s) within {timeout_s:g}s")
-        errors = [self._rejected[i] for i in waits if i in self._rejected]
+        errors = [self._rejected[i] for i in ids if i in self._rejected and i not in self.acked]
         if errors:
             raise KvFailure(f"client rejected a blob SET: {errors[0]}")
-        return sent
 
     async def get(self, blob_id: bytes, timeout_s: float, expected_len: int | None = None) -> bytes:
         """Read a blob the client owns. The bytes are verified as received: SHA-256 of the raw

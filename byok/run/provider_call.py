@@ -151,6 +151,7 @@ async def stream_model(
     request: ModelRequest,
     on_events: Callable[[list[ev.ModelEvent]], Awaitable[None]],
     on_end: Callable[[], Awaitable[None]],
+    on_rendered: Callable[[RenderedRequest], None] | None = None,
 ) -> None:
     """Send the request (retried while no output was seen), hand its events to ``on_events``
     and, once the stream ended cleanly, call ``on_end``. Either may raise ModelProtocolError:
@@ -159,6 +160,8 @@ async def stream_model(
     decided_at = trio.current_time()  # queue time runs from here to the request going out
     decided_ms = ctx.wall_ms()
     rendered = ctx.adapter.render(request)
+    if on_rendered is not None:
+        on_rendered(rendered)
     body = rendered.source
     endpoint = ctx.adapter.endpoint(ctx.base_url, ctx.api_key, ctx.headers)
     usage: Usage | None = None

@@ -12,6 +12,7 @@ import logging
 
 import trio
 
+from byok.cursor.client_messages import ClientMessage
 from byok.cursor.exec_router import ExecRouter
 from byok.cursor.prompting import mode_name
 from byok.cursor.request import RunStart
@@ -25,6 +26,7 @@ from byok.run.driver import Driver
 from byok.run.history import StartFailed
 from byok.run.inbox_pump import pump_inbox
 from byok.run.kv import KvLink
+from byok.run.run_log import RunLog, run_log_path
 from byok.run.slot import RunSlot
 from byok.run.start_point import begin, ends_with_answer, runtime_message, start_point
 from byok.run.turn_effects import TurnEffects, tool_done
@@ -60,10 +62,23 @@ class Run:
         # "mine": the start point's first store trip wrote the run's row; "foreign": an earlier
         # run owns this request id, so this one writes nothing.
         self._row = "unwritten"
+        self.effects: TurnEffects | None = None
+        self.log: RunLog | None = None  # the run's input log, from its Begin on (record_runs)
+
+    def _open_log(self) -> None:
+        """From here on every input, client message and frame is logged (run/run_log.py)."""
+        c = self.ctx
+        assert self.driver is not None and self.effects is not None
+        self.log = log = RunLog(run_log_path(c.deps.config.server.data_dir, c.start.request_id))
+        log.start(c, c.kv.next_id)
+        self.driver.record = log.input
+        self.driver.on_flushed = log.flushed
+        self.effects.on_request = log.request
+        c.slot.tap = log.frames.add
 
     def _tool_done(self, call_id: str, outcome: ToolOutcome) -> None:
         assert self.driver is not None
-        self.driver.submit(tool_done(call_id, outcome))
+        self.driver.submit(tool_done(call_id, outcome), derived=True)
 
     # --- lifecycle ------------------------------------------------------------------------
     async def run(self, scope: trio.CancelScope) -> None:
@@ -72,9 +87,10 @@ class Run:
         with scope:
             try:
                 async with trio.open_nursery() as nursery:
-                    effects = TurnEffects(c, nursery)
+                    self.effects = effects = TurnEffects(c, nursery)
                     self.driver = effects.driver = Driver(effects)
-                    nursery.start_soon(pump_inbox, c.slot, c.kv, c.router, self.driver)
+                    log_client = self._log_client if c.deps.config.logging.record_runs else None
+                    nursery.start_soon(pump_inbox, c.slot, c.kv, c.router, self.driver, log_client)
                     nursery.start_soon(self._start)
                     await effects.ended.wait()
                     nursery.cancel_scope.cancel()
@@ -89,7 +105,13 @@ class Run:
         outcome = c.outcome if c.outcome is not None else Canceled()
         await self._finish(outcome)
 
+    def _log_client(self, msg: ClientMessage) -> None:
+        if self.log is not None:
+            self.log.client(bytes(msg))
+
     def _resend_after_reconnect(self) -> None:
+        if self.log is not None:
+            self.log.reattach()
         n = self.ctx.kv.resend_unacked()
         if n:
             log.info(
@@ -118,9 +140,11 @@ class Run:
                 log.error(
                     "run %s: its end (%s) could not be recorded: %s", self.ctx.start.request_id, status, e
                 )
+        if self.log is not None:
+            self.log.end(outcome)
         # The slot lingers for a reconnecting RunSSE: it must not keep the finished run (its
         # history, its turn's cards) alive through these hooks.
-        self.ctx.slot.on_reattach = None
+        self.ctx.slot.on_reattach = self.ctx.slot.tap = None
 
     async def _record_end(self, status: str, error: Failed | None) -> None:
         c, store = self.ctx, self.ctx.deps.store
@@ -145,6 +169,9 @@ class Run:
         assert self.driver is not None
         try:
             inp = await self._start_point()
+            # A run that ended before its Begin (a cancel during the start point) has nothing to replay.
+            if isinstance(inp, Begin) and self.ctx.deps.config.logging.record_runs and not self.driver.ended:
+                self._open_log()
         except StartFailed as e:
             inp = Fault(e.failure)
         except StoreError as e:  # the machine's fault (disk full, read-only), not byok's
@@ -179,6 +206,10 @@ class Run:
         c.head, c.prior_turns, c.turn = point.head, point.prior_turns, point.turn
         if point.token_details is not None:
             c.details = point.token_details
+        if c.memory.needs_recall(c.head.messages):
+            # After a restart, the saved root ids instead of encoding thousands of messages again
+            # (once per conversation: later checkpoints of the run need no store trip).
+            c.memory.recall(await c.deps.store.root_ids_at(c.head.revision_id))
         start: Start = "call"
         if point.staged is not None:
             start = "tools"  # a resume of a staged round: its tools run again, no provider call

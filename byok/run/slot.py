@@ -48,6 +48,7 @@ class RunSlot:
         self.attached_event = trio.Event()  # set when a RunSSE (re)attaches
         self.cancel_run: Callable[[], None] | None = None  # set while the run task lives
         self.on_reattach: Callable[[], None] | None = None  # run hook for a replacing RunSSE
+        self.tap: Callable[[bytes], None] | None = None  # sees every message sent (a run's log)
         self._ever_attached = False
         # Frames queued, frames a writer has taken off the channel, and whether it is sending
         # them: what ``flushed`` waits on. ``_wrote`` is set (and replaced) at every change.
@@ -69,6 +70,8 @@ class RunSlot:
             return
         self._frames_send.send_nowait(message)
         self._queued += 1
+        if self.tap is not None:
+            self.tap(message)
 
     def close(self, outcome: Outcome) -> None:
         """Queue how the run ended and close the stream: its EndStream is the last frame."""
@@ -80,6 +83,11 @@ class RunSlot:
         self._queued += 1
         self._frames_send.close()
         self.order.clear()
+
+    @property
+    def sent(self) -> int:
+        """How many messages the run has queued so far."""
+        return self._queued
 
     async def flushed(self) -> None:
         """Until the frames queued so far are written to the attached stream, before the run goes

@@ -1,10 +1,14 @@
 """What the turn machine's commands do in the world: the store, the client's KV, its tools, the
-provider, the frames. Short ones happen in ``perform``; long ones are tasks of the run's
-nursery that submit their result to the driver as an input.
+provider, the frames.
+
+Every frame is sent in ``perform``, synchronously, so the frames a run sends follow from its
+inputs alone (run/replay.py relies on it). What takes time runs as a task of the run's nursery
+(``_spawn``) that only waits (the store, the client's ACKs, the provider) and submits its
+result to the driver as an input.
 
 The pipelining lives here, behind the commands: a commit's ``ahead`` blobs are SET before the
 store writes, so the client ACKs them meanwhile; a gated provider call's output waits for the
-settled checkpoint (``_gate``), while its request is already on its way.
+settled checkpoint's frame (``_gate``), while its request is already on its way.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from byok.cursor.token_details import token_details
 from byok.cursor.tools.base import ArgsStream, ToolOutcome
 from byok.loop import emits as em
 from byok.loop.turn_values import (
+    Ahead,
     AnswerStep,
     CallModel,
     CallUsage,
@@ -46,6 +51,7 @@ from byok.loop.turn_values import (
     Publish,
     Published,
     ResultBlobs,
+    Reveal,
     RunTools,
     SettledCheckpoint,
     Show,
@@ -76,11 +82,13 @@ class TurnEffects:
         self.nursery = nursery
         self.driver: Driver | None = None  # set by the run, which makes both
         self.ended = trio.Event()
-        self._prepared: tuple[object, tuple[Checkpoint, ...]] | None = None
+        self._prepared: tuple[Ahead, tuple[Checkpoint, ...]] | None = None  # built ahead of a commit
+        self._revealing: tuple[object, tuple[Checkpoint, ...]] = (None, ())  # published, to be sent
         self._step_blobs: dict[int, tuple[Step, Blob]] = {}  # id(step) -> (step, its blob)
         self._turn: tuple[tuple[Step, ...], TurnRecord] | None = None  # the last turn built
-        self._gate: trio.Event | None = None  # set once the settled checkpoint is queued
+        self._gate = trio.Event()  # the last settled checkpoint's frame is queued (a gated call waits)
         self._streams: dict[str, ArgsStream] = {}  # call id -> its live arguments view
+        self.on_request: Callable[[bytes], None] | None = None  # each provider request's body (a run's log)
 
     # --- the driver's side ---------------------------------------------------------------
     def perform(self, command: Command) -> None:
@@ -91,13 +99,18 @@ class TurnEffects:
             case CallModel():
                 self._streams = {}
                 self._spawn(self._call_model, command)
-            case Commit():
+            case Commit(ahead=ahead):
+                if ahead is not None:
+                    self._send_ahead(ahead)
                 self._spawn(self._commit, command)
-            case Publish(checkpoint=SettledCheckpoint()):
-                self._gate = trio.Event()
+            case Publish(checkpoint=checkpoint):
+                if isinstance(checkpoint, SettledCheckpoint):
+                    self._gate = trio.Event()
+                self._revealing = (checkpoint, self._to_publish(checkpoint))
+                self.ctx.kv.offer(blob for c in self._revealing[1] for blob in c.blobs)
                 self._spawn(self._publish, command)
-            case Publish():
-                self._spawn(self._publish, command)
+            case Reveal(kind=kind):
+                self._reveal(kind)
             case RunTools():
                 self._run_tools(command)
             case ShowToolDone(call_id=call_id, result=result, model_call_id=mcid):
@@ -173,7 +186,7 @@ class TurnEffects:
     async def _call_model(self, command: Command) -> Input | None:
         assert isinstance(command, CallModel) and self.driver is not None
         driver, c = self.driver, self.ctx
-        gate = self._gate if command.gated else None
+        gate = self._gate if command.gated else None  # Publish(settled) made it, just before
         crash_point("provider_call_planned")
         try:
             api_key = c.provider.api_key()
@@ -209,39 +222,38 @@ class TurnEffects:
 
         try:
             with c.deps.activity.provider_call():  # the store is idle meanwhile (upkeep.py)
-                await stream_model(call, request, on_events, on_end)
+                on_request = self.on_request
+                await stream_model(
+                    call,
+                    request,
+                    on_events,
+                    on_end,
+                    None if on_request is None else lambda r: on_request(r.body),
+                )
         except ProviderCallFailed as e:
             return ModelFailed(e.failure)
         return None
 
     # --- the store and the client's KV -----------------------------------------------------------
-    async def _commit(self, command: Command) -> Input:
-        assert isinstance(command, Commit)
+    def _send_ahead(self, ahead: Ahead) -> None:
+        """SET, before the commit, the blobs the checkpoint after it will reference: the client
+        ACKs them while SQLite writes (a checkpoint depends on the messages' content only)."""
         c = self.ctx
-        ahead = command.ahead
         if isinstance(ahead, StagedCheckpoint):
-            # Built on the head before the commit (the assistant travels inline): its SETs go
-            # out first, so the client ACKs them while SQLite commits the round.
-            await self._recall_root_ids()
+            # Built on the head before the commit: the assistant travels inline.
             staged = self._checkpoint(c.head.messages, [ahead.assistant], ahead.steps)
-            c.kv.offer(staged.blobs)
             self._prepared = (ahead, (staged,))
         elif isinstance(ahead, FinalCheckpoints):
-            # Likewise the turn end's two checkpoints (they depend on the messages' content only).
-            await self._recall_root_ids()
-            checkpoints = self._final(ahead)
-            c.kv.offer([*checkpoints[0].blobs, *checkpoints[1].blobs])
-            self._prepared = (ahead, checkpoints)
-        elif isinstance(ahead, ResultBlobs):
-            self._offer_result(ahead)
-        await self._append(list(command.messages))
-        if isinstance(ahead, ResultBlobs):
-            crash_point("tool_result_committed")
-        return Committed()
+            self._prepared = (ahead, self._final(ahead))
+        else:
+            self._prepared = None
+            c.kv.offer(self._result_blobs(ahead))
+            return
+        c.kv.offer(blob for checkpoint in self._prepared[1] for blob in checkpoint.blobs)
 
-    def _offer_result(self, ahead: ResultBlobs) -> None:
+    def _result_blobs(self, ahead: ResultBlobs) -> list[Blob]:
         """The settled checkpoint will reference this result's root and (for a tool with a card)
-        its step: SET them now, so their ACKs come back while the result is committed and other
+        its step: they go now, so their ACKs come back while the result is committed and other
         tools run. With the last result goes the turn's structure, so the settled checkpoint
         waits for no ACK round trip of its own (the client answers SETs one at a time). Blobs
         are content-addressed: a SET of a result whose commit then fails leaves the client an
@@ -251,60 +263,69 @@ class TurnEffects:
             blobs.append(self._step_blob(ahead.step))
         if ahead.settled_steps is not None:
             blobs.append(self._turn_of(ahead.settled_steps).structure())
-        self.ctx.kv.offer(blobs)
+        return blobs
 
-    async def _append(self, messages: list[Message]) -> None:
+    async def _commit(self, command: Command) -> Input:
+        assert isinstance(command, Commit)
         c = self.ctx
         c.head = await c.deps.store.append(
-            c.start.conversation_id, c.head.version, messages, c.deps.wall_ms()
+            c.start.conversation_id, c.head.version, list(command.messages), c.deps.wall_ms()
         )
+        if isinstance(command.ahead, ResultBlobs):
+            crash_point("tool_result_committed")
+        return Committed()
+
+    def _to_publish(
+        self, checkpoint: StagedCheckpoint | SettledCheckpoint | FinalCheckpoints
+    ) -> tuple[Checkpoint, ...]:
+        if isinstance(checkpoint, SettledCheckpoint):
+            return (self._checkpoint(self.ctx.head.messages, [], checkpoint.steps),)
+        prepared, self._prepared = self._prepared, None
+        if prepared is not None and prepared[0] is checkpoint:
+            return prepared[1]
+        assert isinstance(checkpoint, FinalCheckpoints) and checkpoint.answer is None, (
+            "published before its commit"
+        )
+        return self._final(checkpoint)  # a resume after the answer: it is committed already
 
     async def _publish(self, command: Command) -> Input:
         assert isinstance(command, Publish)
-        checkpoint = command.checkpoint
         c = self.ctx
+        checkpoint, checkpoints = command.checkpoint, self._revealing[1]
+        # Offered when the command was performed: this only waits (no frame leaves a task).
+        await c.kv.settle(
+            [blob for cp in checkpoints for blob in cp.blobs], timeout_s=c.deps.config.server.kv_ack_timeout_s
+        )
         if isinstance(checkpoint, StagedCheckpoint):
-            (staged,) = self._take_prepared(checkpoint)
-            await self._put(staged.blobs)
-            crash_point("blobs_acked")
-            c.slot.send(encode.checkpoint(staged.state))
             return Published("staged")
         if isinstance(checkpoint, SettledCheckpoint):
-            await self._recall_root_ids()
-            settled = self._checkpoint(c.head.messages, [], checkpoint.steps)
-            await self._put(settled.blobs)
-            c.slot.send(encode.checkpoint(settled.state))
-            crash_point("settled_checkpoint_sent")
-            assert self._gate is not None
-            self._gate.set()
             return Published("settled")
-        return await self._publish_final(checkpoint)
-
-    async def _publish_final(self, final: FinalCheckpoints) -> Input:
-        c = self.ctx
-        if self._prepared is not None and self._prepared[0] is final:
-            staged, settled = self._take_prepared(final)
-        else:  # a resume after the answer: it is committed already
-            await self._recall_root_ids()
-            staged, settled = self._final(final)
-        await self._put([*staged.blobs, *settled.blobs])
         c.memory.drop_acked_roots()  # an idle conversation keeps root ids, not their bytes
-        assert settled.turn_id is not None
-        await c.deps.store.save_turns(
-            c.start.conversation_id, c.head.revision_id, (*c.prior_turns, settled.turn_id)
-        )
-        c.slot.send(encode.turn_ended(final.usage) if final.usage else encode.turn_ended_empty())
-        crash_point("turn_ended_sent")
-        c.slot.send(encode.checkpoint(staged.state))
-        c.slot.send(encode.checkpoint(settled.state))
-        c.slot.send(encode.checkpoint(settled.state))
+        turn_id = checkpoints[1].turn_id
+        assert turn_id is not None
+        await c.deps.store.save_turns(c.start.conversation_id, c.head.revision_id, (*c.prior_turns, turn_id))
         return Published("final")
 
-    def _take_prepared(self, spec: object) -> tuple[Checkpoint, ...]:
-        assert self._prepared is not None and self._prepared[0] is spec, "published before its commit"
-        checkpoints = self._prepared[1]
-        self._prepared = None
-        return checkpoints
+    def _reveal(self, kind: str) -> None:
+        c = self.ctx
+        checkpoint, checkpoints = self._revealing
+        if kind == "staged":
+            crash_point("blobs_acked")
+            c.slot.send(encode.checkpoint(checkpoints[0].state))
+        elif kind == "settled":
+            c.slot.send(encode.checkpoint(checkpoints[0].state))
+            crash_point("settled_checkpoint_sent")
+            self._gate.set()
+        else:
+            assert isinstance(checkpoint, FinalCheckpoints)
+            staged, settled = checkpoints
+            c.slot.send(
+                encode.turn_ended(checkpoint.usage) if checkpoint.usage else encode.turn_ended_empty()
+            )
+            crash_point("turn_ended_sent")
+            c.slot.send(encode.checkpoint(staged.state))
+            c.slot.send(encode.checkpoint(settled.state))
+            c.slot.send(encode.checkpoint(settled.state))
 
     def _final(self, final: FinalCheckpoints) -> tuple[Checkpoint, Checkpoint]:
         messages = self.ctx.head.messages
@@ -312,16 +333,6 @@ class TurnEffects:
             messages = (*messages, final.answer)
         staged = self._checkpoint(messages[:-1], [messages[-1]], final.steps)
         return staged, self._checkpoint(messages, [], final.steps)
-
-    async def _put(self, blobs: list[Blob] | tuple[Blob, ...]) -> None:
-        await self.ctx.kv.put(blobs, timeout_s=self.ctx.deps.config.server.kv_ack_timeout_s)
-
-    async def _recall_root_ids(self) -> None:
-        """Before a checkpoint lists every root: after a restart, read the saved root ids back
-        instead of encoding thousands of messages again."""
-        c = self.ctx
-        if c.memory.needs_recall(c.head.messages):
-            c.memory.recall(await c.deps.store.root_ids_at(c.head.revision_id))
 
     # --- checkpoints -------------------------------------------------------------------------------
     def _checkpoint(

@@ -14,6 +14,7 @@ import trio
 from byok.config_load import load_config
 from byok.daemon import run_daemon
 from byok.devtools.cursor_sim import CursorSim
+from byok.run.replay import read_log, replay
 from tests.support.fake_provider import FakeProvider
 
 
@@ -94,10 +95,25 @@ async def start_daemon(
         provider_extra=provider_extra,
     )
     config = load_config(config_path, overrides={})
+    earlier = frozenset((data_dir / "runs").glob("*.jsonl"))
+    # Every run keeps its input log (run/run_log.py): tests replay them.
+    config = attrs.evolve(config, logging=attrs.evolve(config.logging, record_runs=True))
     base_url, shutdown = await nursery.start(run_daemon, config)
     async with httpx.AsyncClient(timeout=30) as client:
         yield Daemon(base_url, provider, CursorSim(base_url, client), client, data_dir, config_path)
     shutdown()
+    assert_runs_replay(data_dir, skip=earlier)
+
+
+def assert_runs_replay(data_dir: Path, skip: frozenset[Path] = frozenset()) -> None:
+    """Every run that finished replays from its input log to the frames, provider requests and
+    outcome it had (run/replay.py). ``skip``: logs of an earlier daemon on the same data dir."""
+    for path in sorted(set((data_dir / "runs").glob("*.jsonl")) - skip):
+        lines = read_log(path)
+        if not lines or lines[-1].get("k") != "end":
+            continue  # the run did not finish (the test stopped the daemon under it)
+        problems = replay(lines).mismatches()
+        assert not problems, f"{path.name} does not replay: {problems}"
 
 
 @pytest.fixture

@@ -46,6 +46,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import attrs
 import httpx
 import pytest
 import trio
@@ -56,6 +57,7 @@ from byok.devtools.cursor_sim import RUN_SSE, CursorSim
 from byok.http.connect_envelope import encode_frame
 from byok.pb.agent import v1 as agent
 from byok.pb.aiserver import v1 as aiserver
+from byok.run.replay import read_log, replay
 from byok.store import DB_FILENAME, SQLiteStore
 from tests.integration.conftest import write_config
 from tests.support.fake_provider import (
@@ -339,6 +341,20 @@ async def run_plan(h: Harness, rng: random.Random, index: int) -> tuple[str, lis
 # --- the loop ----------------------------------------------------------------------------------------
 
 
+def replay_all(data_dir: Path, failures: list[str]) -> int:
+    """Replay every finished run's input log; a run that does not replay is a failure."""
+    replayed = 0
+    for path in sorted((data_dir / "runs").glob("*.jsonl")):
+        lines = read_log(path)
+        if not lines or lines[-1].get("k") != "end":
+            continue  # a restart or a kill stopped the run before its end was written
+        problems = replay(lines).mismatches()
+        if problems:
+            failures.append(f"{path.name} does not replay: {problems}")
+        replayed += 1
+    return replayed
+
+
 async def test_fault_injection_loop(
     tmp_path: Path, nursery: trio.Nursery, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -355,7 +371,9 @@ async def test_fault_injection_loop(
     render_log = logging.getLogger("byok.render")
     monkeypatch.setattr(render_log, "handlers", [*render_log.handlers, used])
     monkeypatch.setattr(render_log, "level", logging.DEBUG)
-    daemon = Daemon(load_config(cfg, overrides={}), nursery)
+    config = load_config(cfg, overrides={})
+    # Every run keeps its input log: each one that finished must replay (checked at the end).
+    daemon = Daemon(attrs.evolve(config, logging=attrs.evolve(config.logging, record_runs=True)), nursery)
     base_url = await daemon.start()
     root = tmp_path / "ws"
     root.mkdir()
@@ -400,6 +418,7 @@ async def test_fault_injection_loop(
         meter = check_call_records(db, h.edit_texts, plans, h.arrivals)
         failures += meter.errors
         renders = db.execute("SELECT count(*) FROM rendered_prefixes").fetchone()[0]
+    replayed = replay_all(data_dir, failures)
     elapsed = time.monotonic() - started
     with capsys.disabled():
         print(
@@ -415,7 +434,7 @@ async def test_fault_injection_loop(
         if laps:
             edges = [started, *laps, time.monotonic()]
             print("seconds per 500 runs: " + ", ".join(f"{b - a:.0f}" for a, b in itertools.pairwise(edges)))
-        print(f"{RUNS} runs, {ok_runs} ok")
+        print(f"{RUNS} runs, {ok_runs} ok; {replayed} replayed from their input logs")
     assert not failures, "\n".join(failures[:40])
 
 

@@ -25,7 +25,8 @@ from byok.cursor.root_json import encode_root
 from byok.devtools.cursor_sim import RUN_SSE, CursorSim, Recorded, Transcript, frame_kind, user_turn
 from byok.devtools.exec_client import exec_result, stream_close
 from byok.devtools.workspace_exec import WorkspaceExecutor
-from byok.http.connect_envelope import FrameDecoder, encode_frame, end_stream_ok
+from byok.http.connect_envelope import FrameDecoder, encode_frame
+from byok.loop.turn_values import Outcome, Succeeded
 from byok.model.messages import Message
 from byok.pb.agent import v1 as agent
 from byok.pb.aiserver import v1 as aiserver
@@ -169,14 +170,18 @@ async def test_a_cancel_not_yet_handled_at_the_ok_end_stream_does_not_rewrite_th
     about once in 3,000 runs.)"""
     close = RunSlot.close
 
-    def cancel_pending_at_close(slot: RunSlot, end_stream: bytes) -> None:
-        if end_stream == end_stream_ok():
+    delivered: list[bool] = []
+
+    def cancel_pending_at_close(slot: RunSlot, outcome: Outcome) -> None:
+        if outcome == Succeeded():
             slot.deliver(cancel_message())  # in the run's inbox, not handled yet
-        close(slot, end_stream)
+            delivered.append(True)
+        close(slot, outcome)
 
     monkeypatch.setattr(RunSlot, "close", cancel_pending_at_close)
     daemon.provider.enqueue(chat_text_script(["done"]))
     tr = await daemon.sim.run("req-late-cancel", turn("question", "m1"))
+    assert delivered == [True]
     assert tr.end_stream == {} and tr.kinds()[-4:] == TAIL
     assert (await wait_run_ended(daemon.data_dir, "req-late-cancel")).status == "success"
 

@@ -240,8 +240,11 @@ def test_logging_section_is_optional_and_strict(tmp_path: Path) -> None:
     path.write_text("[logging]\ndetailed = true\n")
     assert load_config(path).logging.detailed is True
     path.write_text("[logging]\ndetailled = true\n")
-    with pytest.raises(ConfigError, match=r"logging\.detailled: unknown key \(allowed: detailed\)"):
+    unknown = r"logging\.detailled: unknown key \(allowed: detailed, record_runs\)"
+    with pytest.raises(ConfigError, match=unknown):
         load_config(path)
+    path.write_text("[logging]\nrecord_runs = true\n")
+    assert load_config(path).logging == LoggingConfig(detailed=False, record_runs=True)
     path.write_text('[logging]\ndetailed = "yes"\n')
     with pytest.raises(ConfigError, match=r"logging\.detailed: expected boolean, got string"):
         load_config(path)

@@ -32,6 +32,7 @@ from byok.loop.turn_values import (
     Publish,
     Published,
     ResultBlobs,
+    Reveal,
     RunTools,
     SettledCheckpoint,
     Show,
@@ -113,7 +114,7 @@ def test_begin_after_the_answer_only_publishes_the_final_checkpoints() -> None:
     s, out = transition(TurnState(), attrs.evolve(BEGIN, start="final"))
     assert out == [Publish(FinalCheckpoints((), None, None))]
     s, out = transition(s, Published("final"))
-    assert out == [End(Succeeded(), None)]
+    assert out == [Reveal("final"), End(Succeeded(), None)]
     assert s.phase == "ended"
 
 
@@ -146,7 +147,7 @@ def test_a_stop_commits_the_answer_with_the_final_checkpoints_set_ahead() -> Non
     s, out = transition(s, Committed())
     assert out == [Publish(final)]
     s, out = transition(s, Published("final"))
-    assert out == [End(Succeeded(), USAGE)]
+    assert out == [Reveal("final"), End(Succeeded(), USAGE)]
 
 
 def test_thinking_becomes_a_step_with_its_duration_from_the_events_times() -> None:
@@ -218,7 +219,7 @@ def test_tool_use_commits_the_assistant_with_its_staged_checkpoint_then_publishe
     s, out = transition(s, Committed())
     assert out == [Publish(staged)]
     s, out = transition(s, Published("staged"))
-    assert out == [RunTools(MC1, assistant.tool_calls, ())]
+    assert out == [Reveal("staged"), RunTools(MC1, assistant.tool_calls, ())]
 
 
 def test_results_commit_one_at_a_time_in_completion_order() -> None:
@@ -260,6 +261,7 @@ def test_a_tool_the_run_did_not_offer_is_refused_never_run() -> None:
     s, out = transition(s0, Published("staged"))
     assert s.round is not None
     assert out == [
+        Reveal("staged"),
         RunTools(
             MC1,
             s.round.assistant.tool_calls,
@@ -281,7 +283,7 @@ def test_model_output_waits_for_the_settled_checkpoint() -> None:
     with pytest.raises(LoopProtocolError):
         transition(s, ModelEvents((ev.TextDelta("x"),), 0.0))
     s, out = transition(s, Published("settled"))
-    assert out == [] and not s.settling
+    assert out == [Reveal("settled")] and not s.settling
     s, out = transition(s, ModelEvents((ev.TextDelta("x"),), 0.0))
     assert out == [Show(TextOut("x")), Flush()]
 
@@ -293,7 +295,7 @@ def test_a_call_that_fails_while_settling_ends_after_the_checkpoint_is_out() -> 
     s, out = transition(s, ModelFailed(failure))
     assert out == [] and s.phase == "calling"
     s, out = transition(s, Published("settled"))
-    assert out == [End(failure, USAGE)]
+    assert out == [Reveal("settled"), End(failure, USAGE)]
 
 
 def test_a_publish_that_fails_while_calling_ends_the_run() -> None:

@@ -1,0 +1,241 @@
+"""A recorded run, run again: its input log (run/run_log.py) through the same turn machine, the
+same effects and the same router, with no network, no trio and no database.
+
+The effects are the live ones (``TurnEffects``): every frame is sent synchronously from a
+command, so the frames follow from the inputs alone. Only what the live run waited for is
+different: a commit lands when the log says ``committed``, a checkpoint is out when it says
+``published``, the provider's events are the log's, and a provider request is rendered from the
+history where the live run sent it. ``ReplayResult.mismatches`` compares what came out with
+what the live run recorded at its end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from byok.cursor import client_messages
+from byok.cursor.checkpoint import Blob, TurnRecord
+from byok.cursor.exec_router import ExecRouter
+from byok.cursor.prompting import ModeAssets
+from byok.cursor.request import decode_start
+from byok.cursor.token_details import decode_details
+from byok.cursor.tools.registry import build_registry
+from byok.loop.input_codec import decode_input
+from byok.loop.model_call import ModelProtocolError
+from byok.loop.turn_values import CallModel, Command, Commit, Committed, Input, Outcome
+from byok.model.messages import Message
+from byok.model.projection import project
+from byok.model.request import ModelRequest, ModelSettings, ToolSpec
+from byok.providers.adapters import adapter_for
+from byok.run.context import RunContext
+from byok.run.conversation import ConversationMemory
+from byok.run.deps import ToolSetup
+from byok.run.driver import Driver
+from byok.run.inbox_pump import route
+from byok.run.kv import KvLink
+from byok.run.run_log import FrameDigest, outcome_json
+from byok.run.turn_effects import TurnEffects, tool_done
+from byok.store.records import Head
+
+
+class ReplayError(Exception):
+    """The log cannot be replayed (not a run log, or cut before its start)."""
+
+
+class FrameSink:
+    """Stands for the run's slot: keeps every message sent, and the outcome."""
+
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
+        self.frames: list[bytes] = []
+        self.digest = FrameDigest()
+        self.outcome: Outcome | None = None
+
+    def send(self, message: bytes) -> None:
+        if self.outcome is None:
+            self.frames.append(message)
+            self.digest.add(message)
+
+    def close(self, outcome: Outcome) -> None:
+        if self.outcome is None:
+            self.outcome = outcome
+
+    async def flushed(self) -> None:
+        return None
+
+
+@attrs.frozen
+class _Deps:
+    tools: ToolSetup
+
+
+@attrs.frozen
+class _Model:
+    context_tokens: int
+
+
+class ReplayEffects(TurnEffects):
+    """The live effects, with the waiting done by the log."""
+
+    def __init__(self, ctx: RunContext, kind: str, template: ModelRequest) -> None:
+        super().__init__(ctx, nursery=None)  # type: ignore[arg-type]
+        self.kind = kind
+        self.template = template
+        self.requests: list[bytes] = []
+        self._committing: Commit | None = None
+
+    def _spawn(self, work: Callable[[Command], Awaitable[Input | None]], command: Command) -> None:
+        if isinstance(command, CallModel):
+            request = attrs.evolve(self.template, history=project(self.ctx.head.messages))
+            self.requests.append(adapter_for(self.kind).render(request).body)
+        elif isinstance(command, Commit):
+            self._committing = command
+
+    def land_commit(self) -> None:
+        commit, self._committing = self._committing, None
+        if commit is None:
+            raise ReplayError("the log says committed with no commit under way")
+        head = self.ctx.head
+        self.ctx.head = attrs.evolve(
+            head, version=head.version + 1, messages=(*head.messages, *commit.messages)
+        )
+
+
+@attrs.frozen
+class ReplayResult:
+    frames: tuple[bytes, ...]
+    frames_sha256: str
+    requests: tuple[bytes, ...]
+    outcome: Outcome | None
+    live: dict[str, Any] | None  # the log's end line: what the live run sent
+
+    def mismatches(self) -> list[str]:
+        """How the replay differs from the live run (empty: byte for byte the same)."""
+        live = self.live
+        if live is None:
+            return ["the log has no end line (the live run did not finish)"]
+        out = []
+        if (live["frames"], live["frames_sha256"]) != (len(self.frames), self.frames_sha256):
+            out.append(
+                f"frames: live {live['frames']} ({live['frames_sha256'][:12]}),"
+                f" replay {len(self.frames)} ({self.frames_sha256[:12]})"
+            )
+        shas = [hashlib.sha256(body).hexdigest() for body in self.requests]
+        if live["requests"] != shas:
+            out.append(f"provider requests: live {len(live['requests'])}, replay {len(shas)}; they differ")
+        if live["outcome"] != outcome_json(self.outcome):
+            out.append(f"outcome: live {live['outcome']}, replay {outcome_json(self.outcome)}")
+        return out
+
+
+def _world(start: dict[str, Any]) -> tuple[ReplayEffects, Driver, FrameSink]:
+    st = decode_start(start["run"])
+    sink = FrameSink(st.request_id)
+    memory = ConversationMemory(acked={bytes.fromhex(h) for h in start["acked"]})
+    memory.root_ids = {bytes.fromhex(k): Blob(bytes.fromhex(v), b"") for k, v in start["root_ids"].items()}
+    memory.recalled = True
+    kv = KvLink(sink.send, memory.acked, first_id=start["kv_next_id"])
+    driver_box: list[Driver] = []
+    router = ExecRouter(
+        sink.send,
+        st.request_id,
+        lambda call_id, outcome: driver_box[0].submit(tool_done(call_id, outcome), derived=True),
+    )
+    h = start["head"]
+    tools = tuple(ToolSpec(name, description, parameters) for name, description, parameters in start["tools"])
+    turn = start["turn"]
+    ctx = RunContext(
+        start=st,
+        deps=_Deps(ToolSetup(build_registry(), {})),  # type: ignore[arg-type]
+        slot=sink,  # type: ignore[arg-type]
+        memory=memory,
+        kv=kv,
+        router=router,
+        model=_Model(start["context_tokens"]),  # type: ignore[arg-type]
+        provider=None,  # type: ignore[arg-type]
+        mode=start["mode"],
+        assets=ModeAssets(start["mode"], start["system"], ""),
+        tool_specs=tools,
+        details=decode_details(bytes.fromhex(start["details"])),
+        head=Head(
+            h["conversation_id"],
+            h["revision_id"],
+            h["version"],
+            tuple(Message.decode(m.encode()) for m in h["messages"]),
+        ),
+        prior_turns=tuple(bytes.fromhex(t) for t in start["prior_turns"]),
+        turn=TurnRecord(
+            turn["request_id"],
+            bytes.fromhex(turn["user_message"]),
+            tuple(bytes.fromhex(s) for s in turn["steps"]),
+        ),
+    )
+    s = start["settings"]
+    settings = ModelSettings(
+        upstream_model=s["upstream_model"],
+        max_output_tokens=s["max_output_tokens"],
+        replay_reasoning_on_tool_turns=s["replay_reasoning_on_tool_turns"],
+        extra_body=tuple((k, v) for k, v in s["extra_body"]),
+        prompt_cache=s["prompt_cache"],
+        eager_input_streaming=s["eager_input_streaming"],
+        cache_key=s["cache_key"],
+    )
+    template = ModelRequest(system=start["system"], tools=tools, history=(), settings=settings)
+    effects = ReplayEffects(ctx, start["provider_kind"], template)
+    driver = Driver(effects)
+    effects.driver = driver
+    driver_box.append(driver)
+    return effects, driver, sink
+
+
+def replay(lines: Iterable[dict[str, Any]]) -> ReplayResult:
+    it = iter(lines)
+    start = next(it, None)
+    if start is None or start.get("k") != "start":
+        raise ReplayError("not a run log: it does not begin with a start line")
+    effects, driver, sink = _world(start)
+    live: dict[str, Any] | None = None
+    paused = False  # at a Flush: the live run went on only at the log's next "flushed"
+    for obj in it:
+        kind = obj.get("k")
+        if kind == "client":
+            msg = client_messages.parse(bytes.fromhex(obj["data"]))
+            route(msg, sink, effects.ctx.kv, effects.ctx.router, driver)  # type: ignore[arg-type]
+        elif kind == "flushed":
+            paused = False
+        elif kind == "reattach":
+            effects.ctx.kv.resend_unacked()
+        elif kind == "end":
+            live = obj
+            break
+        else:
+            inp = decode_input(obj)
+            if isinstance(inp, Committed):
+                effects.land_commit()
+            # A bad event: the live provider task failed its call on it; model_failed follows.
+            with contextlib.suppress(ModelProtocolError):
+                driver.submit(inp, derived=True)
+        if not paused:
+            paused = driver.drain_to_flush()
+    return ReplayResult(
+        tuple(sink.frames), sink.digest.hexdigest(), tuple(effects.requests), sink.outcome, live
+    )
+
+
+def read_log(path: Path) -> list[dict[str, Any]]:
+    try:
+        with path.open(encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except (OSError, ValueError) as e:
+        raise ReplayError(f"{path}: {e}") from None
+
+
+def replay_file(path: Path) -> ReplayResult:
+    return replay(read_log(path))

@@ -1,0 +1,153 @@
+"""A run's input log: JSON lines that let `byok replay` run it again with no network, no trio and
+no database (run/replay.py).
+
+Line by line: ``start`` (what the start point left: the history, the turn so far, what the
+client holds, the request's settings; the frames the start point sent, blob GETs, are not
+replayed), then in the order the run took them every input that
+came from outside the machine (``loop/input_codec.py``) and every client message as its bytes
+(``client``; the results and cancels they carry are derived again on replay), ``flushed`` where
+the run went on after letting the stream writer through (what other tasks did meanwhile comes
+before it), a ``reattach`` when a RunSSE came back, and ``end``: how many frames the run sent
+and their SHA-256, each provider request's SHA-256 and the outcome, which a replay must
+reproduce.
+
+Kept only with ``[logging] record_runs = true`` (tests always record).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import IO, Any
+
+from byok.cursor.request import encode_start
+from byok.loop.input_codec import encode_input
+from byok.loop.turn_values import Canceled, Failed, Input, Outcome, Succeeded
+from byok.run.context import RunContext
+from byok.run.provider_call import model_settings
+
+
+def outcome_json(outcome: Outcome | None) -> dict[str, Any]:
+    match outcome:
+        case Succeeded():
+            return {"status": "success"}
+        case Canceled():
+            return {"status": "canceled"}
+        case Failed(code=code, message=message, provider=provider):
+            return {"status": "error", "code": code, "message": message, "provider": provider}
+    return {"status": "none"}
+
+
+class FrameDigest:
+    """How many frames a run sent and the SHA-256 over them, each prefixed with its length."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._sha = hashlib.sha256()
+
+    def add(self, message: bytes) -> None:
+        self.count += 1
+        self._sha.update(len(message).to_bytes(8, "big"))
+        self._sha.update(message)
+
+    def hexdigest(self) -> str:
+        return self._sha.hexdigest()
+
+
+def start_line(ctx: RunContext, kv_next_id: int) -> dict[str, Any]:
+    c = ctx
+    settings = model_settings(c.model, c.provider, c.start.conversation_id)
+    head = c.head
+    return {
+        "k": "start",
+        "run": encode_start(c.start),
+        "provider_kind": c.provider.kind,
+        "settings": {
+            "upstream_model": settings.upstream_model,
+            "max_output_tokens": settings.max_output_tokens,
+            "replay_reasoning_on_tool_turns": settings.replay_reasoning_on_tool_turns,
+            "extra_body": [[k, v] for k, v in settings.extra_body],
+            "prompt_cache": settings.prompt_cache,
+            "eager_input_streaming": settings.eager_input_streaming,
+            "cache_key": settings.cache_key,
+        },
+        "context_tokens": c.model.context_tokens,
+        "mode": c.mode,
+        "system": c.assets.system,
+        "tools": [[t.name, t.description, t.parameters_json] for t in c.tool_specs],
+        "head": {
+            "conversation_id": head.conversation_id,
+            "revision_id": head.revision_id,
+            "version": head.version,
+            "messages": [m.encode().decode() for m in head.messages],
+        },
+        "prior_turns": [t.hex() for t in c.prior_turns],
+        "turn": {
+            "request_id": c.turn.request_id,
+            "user_message": c.turn.user_message.hex(),
+            "steps": [s.hex() for s in c.turn.steps],
+        },
+        "details": bytes(c.details).hex(),
+        "acked": sorted(b.hex() for b in c.memory.acked),
+        "root_ids": {k.hex(): v.id.hex() for k, v in c.memory.root_ids.items()},
+        "kv_next_id": kv_next_id,
+        # Frames the start point sent (blob GETs of an import or a resume): what they brought
+        # is above; a replay starts after them.
+        "prelude_frames": c.slot.sent,
+    }
+
+
+def run_log_path(data_dir: Path, request_id: str) -> Path:
+    """Where a run's log goes. Request ids are the client's strings: one that is not a plain
+    name is named by its digest, so no id can name a path outside ``runs/``."""
+    name = request_id if re.fullmatch(r"[A-Za-z0-9_-]{1,128}", request_id) else ""
+    if not name:
+        name = "rid-" + hashlib.sha256(request_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return data_dir / "runs" / f"{name}.jsonl"
+
+
+class RunLog:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._file: IO[str] | None = path.open("w", encoding="utf-8")
+        self.frames = FrameDigest()
+        self.requests: list[str] = []
+
+    def _line(self, obj: dict[str, Any]) -> None:
+        if self._file is not None:
+            self._file.write(json.dumps(obj, separators=(",", ":")) + "\n")
+
+    def start(self, ctx: RunContext, kv_next_id: int) -> None:
+        self._line(start_line(ctx, kv_next_id))
+
+    def input(self, inp: Input) -> None:
+        self._line(encode_input(inp))
+
+    def client(self, data: bytes) -> None:
+        self._line({"k": "client", "data": data.hex()})
+
+    def flushed(self) -> None:
+        self._line({"k": "flushed"})
+
+    def reattach(self) -> None:
+        self._line({"k": "reattach"})
+
+    def request(self, body: bytes) -> None:
+        self.requests.append(hashlib.sha256(body).hexdigest())
+
+    def end(self, outcome: Outcome | None) -> None:
+        self._line(
+            {
+                "k": "end",
+                "frames": self.frames.count,
+                "frames_sha256": self.frames.hexdigest(),
+                "requests": self.requests,
+                "outcome": outcome_json(outcome),
+            }
+        )
+        if self._file is not None:
+            self._file.close()
+            self._file = None
