@@ -23,7 +23,7 @@ from byok.loop.emits import (
     ToolArgsOut,
     ToolCallOpened,
 )
-from byok.loop.replace import replace
+from byok.loop.replace import replace, replacer
 from byok.model import events as ev
 from byok.model.messages import Message, ReplayState, ToolCall, join_surrogates
 from byok.model.usage import Usage
@@ -137,6 +137,28 @@ class CallFold:
                 return replace(fold, done=event), out
         raise ModelProtocolError(f"unknown model event {event!r}")
 
+    def handle_all(self, events: tuple[ev.ModelEvent, ...], now_s: float) -> tuple[CallFold, list[Emit]]:
+        """``handle`` of each event in turn. A run of text deltas outside a thinking phase (most
+        of a stream) extends the text chain in place and makes one new fold, not one per delta."""
+        fold, out = self, []
+        text: Chunks | bool = False  # the chain being extended, False when none is
+        for event in events:
+            if (
+                type(event) is ev.TextDelta
+                and fold.done is None
+                and (fold.thinking_first is None or fold.thinking_done)
+            ):
+                text = (fold.text if text is False else text, event.text)  # type: ignore[assignment]
+                out.append(TextOut(event.text))
+                continue
+            if text is not False:
+                fold, text = _replace_fold(fold, text=text), False
+            fold, emits = fold.handle(event, now_s)
+            out += emits
+        if text is not False:
+            fold = _replace_fold(fold, text=text)
+        return fold, out
+
     def result(self) -> ModelCallResult:
         if self.done is None or self.usage is None:
             raise ModelProtocolError("provider call has not finished")
@@ -167,6 +189,9 @@ class CallFold:
             return self, []
         fold = replace(self, thinking_done=True)
         return fold, [ThinkingDone(fold.thinking_duration_ms)]
+
+
+_replace_fold = replacer(CallFold)
 
 
 class ModelCall:

@@ -18,7 +18,15 @@ _MISSING: Any = object()
 _REPLACERS: dict[type, Callable[..., Any]] = {}
 
 
-def _replacer(cls: type) -> Callable[..., Any]:
+def replacer(cls: type) -> Callable[..., Any]:
+    """``cls``'s own replace function (``replacer(C)(value, field=...)``), for a hot path."""
+    fn = _REPLACERS.get(cls)
+    if fn is None:
+        fn = _REPLACERS[cls] = _generate(cls)
+    return fn
+
+
+def _generate(cls: type) -> Callable[..., Any]:
     names = [a.name for a in attrs.fields(cls)]
     params = ", ".join(f"{n}=_M" for n in names)
     lines = "".join(f"    _s(new, {n!r}, v.{n} if {n} is _M else {n})\n" for n in names)
@@ -30,8 +38,4 @@ def _replacer(cls: type) -> Callable[..., Any]:
 
 
 def replace(value: T, **changes: Any) -> T:
-    cls = type(value)
-    fn = _REPLACERS.get(cls)
-    if fn is None:
-        fn = _REPLACERS[cls] = _replacer(cls)
-    return fn(value, **changes)  # type: ignore[no-any-return]
+    return replacer(type(value))(value, **changes)  # type: ignore[no-any-return]

@@ -25,7 +25,7 @@ import attrs
 from byok.loop import ids
 from byok.loop.emits import ToolArgsOut, ToolCallOpened
 from byok.loop.model_call import CallFold
-from byok.loop.replace import replace
+from byok.loop.replace import replace, replacer
 from byok.loop.turn_values import (
     AnswerStep,
     Begin,
@@ -96,11 +96,7 @@ class Round:
 @attrs.frozen
 class TurnState:
     phase: Phase = "starting"
-    request_id: str = ""
-    mode: str = ""
-    offered: frozenset[str] = frozenset()
-    carded: frozenset[str] = frozenset()
-    known: frozenset[str] = frozenset()
+    plan: Begin | None = None  # what the run may do (its request id, mode, tools)
     calls: int = 0  # provider calls started (ids derive from the count)
     fold: CallFold | None = None
     shown: bool = False  # the current call put something on the client's screen
@@ -112,7 +108,16 @@ class TurnState:
     next_publish: StagedCheckpoint | FinalCheckpoints | None = None  # after the commit under way
     outcome: Outcome | None = None
 
+    @property
+    def request_id(self) -> str:
+        return "" if self.plan is None else self.plan.request_id
 
+    @property
+    def carded(self) -> frozenset[str]:
+        return frozenset() if self.plan is None else self.plan.carded
+
+
+_replace_state = replacer(TurnState)  # the hot path's: one call per provider chunk
 Result = tuple[TurnState, list[Command]]
 Handler = Callable[[TurnState, Any], Result]
 
@@ -128,7 +133,7 @@ def transition(state: TurnState, inp: Input) -> Result:
 
 
 def _begin(s: TurnState, b: Begin) -> Result:
-    s = replace(s, request_id=b.request_id, mode=b.mode, offered=b.offered, carded=b.carded, known=b.known)
+    s = replace(s, plan=b)
     if b.start == "call":
         return _call_model(s, [], gated=False)
     if b.start == "tools":
@@ -153,21 +158,24 @@ def _model_events(s: TurnState, inp: ModelEvents) -> Result:
     if s.settling:
         raise LoopProtocolError("model output before the settled checkpoint was published")
     assert s.fold is not None
-    fold = s.fold
-    commands: list[Command] = []
-    for event in inp.events:
-        fold, emits = fold.handle(event, inp.now_s)
-        for emit in emits:
+    fold, emits = s.fold.handle_all(inp.events, inp.now_s)
+    if not emits:
+        return _replace_state(s, fold=fold), []
+    for e in emits:
+        if type(e) in _TOOL_EMITS and e.name not in s.carded:  # type: ignore[union-attr]
             # A tool the run did not offer (or one without a card) draws nothing.
-            if isinstance(emit, ToolCallOpened | ToolArgsOut) and emit.name not in s.carded:
-                continue
-            commands.append(Show(emit))
-    shown = s.shown
-    if commands and not shown:
-        # The call's first visible output goes on the wire before the rest is parsed.
-        commands.append(Flush())
-        shown = True
-    return replace(s, fold=fold, shown=shown), commands
+            carded = s.carded
+            emits = [e for e in emits if type(e) not in _TOOL_EMITS or e.name in carded]  # type: ignore[union-attr]
+            if not emits:
+                return _replace_state(s, fold=fold), []
+            break
+    if s.shown:
+        return _replace_state(s, fold=fold), [Show(tuple(emits))]
+    # The call's first visible output goes on the wire before the rest is parsed.
+    return _replace_state(s, fold=fold, shown=True), [Show(tuple(emits)), Flush()]
+
+
+_TOOL_EMITS = (ToolCallOpened, ToolArgsOut)
 
 
 def _model_ended(s: TurnState, _: ModelEnded) -> Result:
@@ -235,10 +243,12 @@ def refusal(name: str, mode: str, known: frozenset[str]) -> str:
 
 
 def _run_tools(s: TurnState) -> Result:
-    assert s.round is not None
-    assistant = s.round.assistant
+    assert s.round is not None and s.plan is not None
+    assistant, plan = s.round.assistant, s.plan
     refused = tuple(
-        (c.call_id, refusal(c.name, s.mode, s.known)) for c in assistant.tool_calls if c.name not in s.offered
+        (c.call_id, refusal(c.name, plan.mode, plan.known))
+        for c in assistant.tool_calls
+        if c.name not in plan.offered
     )
     s = replace(s, phase="tools", next_publish=None)
     return s, [RunTools(assistant.model_call_id, assistant.tool_calls, refused)]

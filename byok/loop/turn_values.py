@@ -180,7 +180,9 @@ class CallModel:
 
 @attrs.frozen
 class Show:
-    emit: Emit
+    """Put these on the client's screen, in order (one command for a provider chunk's events)."""
+
+    emits: tuple[Emit, ...]
 
 
 @attrs.frozen

@@ -93,9 +93,10 @@ class TurnEffects:
     # --- the driver's side ---------------------------------------------------------------
     def perform(self, command: Command) -> None:
         match command:
-            case Show(emit=emit):
-                self._show(emit)
-                crash_point("provider_mid_stream")
+            case Show(emits=emits):
+                for emit in emits:
+                    self._show(emit)
+                    crash_point("provider_mid_stream")
             case CallModel():
                 self._streams = {}
                 self._spawn(self._call_model, command)

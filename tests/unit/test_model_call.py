@@ -14,7 +14,7 @@ from byok.loop.emits import (
     ToolArgsOut,
     ToolCallOpened,
 )
-from byok.loop.model_call import ModelCall, ModelProtocolError
+from byok.loop.model_call import CallFold, ModelCall, ModelProtocolError
 from byok.model import events as ev
 from byok.model.messages import ReplayState, ToolCall
 from byok.model.usage import Usage
@@ -421,3 +421,32 @@ def test_message_is_the_concatenation_of_the_stream(
     else:
         assert done == []
         assert call.result().thinking_duration_ms == 0
+
+
+_stream_events = st.lists(
+    st.one_of(
+        st.builds(ev.TextDelta, st.text(max_size=3)),
+        st.builds(ev.ThinkingDelta, st.text(max_size=3)),
+        st.just(ev.ThinkingEnded()),
+        st.just(ev.Started()),
+    ),
+    max_size=30,
+)
+
+
+@given(_stream_events, st.integers(min_value=1, max_value=7))
+def test_handle_all_folds_a_batch_as_handle_does_one_by_one(events: list, batch: int) -> None:
+    """The machine hands the fold a provider chunk's events at once: same fold, same emits."""
+    one = CallFold("mc")
+    one_out: list = []
+    for i, e in enumerate(events):
+        one, out = one.handle(e, float(i // batch))
+        one_out += out
+    many = CallFold("mc")
+    many_out: list = []
+    for start in range(0, len(events), batch):
+        many, out = many.handle_all(tuple(events[start : start + batch]), float(start // batch))
+        many_out += out
+    assert many_out == one_out
+    done = (ev.UsageReported(USAGE), ev.Done("stop"))
+    assert many.handle_all(done, 99.0)[0].result() == one.handle_all(done, 99.0)[0].result()

@@ -132,9 +132,9 @@ def test_text_is_shown_as_it_comes_and_flushed_after_the_first_visible_output() 
     s, out = transition(s, ModelEvents((ev.Started(),), 0.0))
     assert out == []  # nothing visible: no flush either
     s, out = transition(s, ModelEvents((ev.TextDelta("Hel"), ev.TextDelta("lo")), 0.1))
-    assert out == [Show(TextOut("Hel")), Show(TextOut("lo")), Flush()]
+    assert out == [Show((TextOut("Hel"), TextOut("lo"))), Flush()]
     s, out = transition(s, ModelEvents((ev.TextDelta("!"),), 0.2))
-    assert out == [Show(TextOut("!"))]
+    assert out == [Show((TextOut("!"),))]
 
 
 def test_a_stop_commits_the_answer_with_the_final_checkpoints_set_ahead() -> None:
@@ -159,7 +159,7 @@ def test_thinking_becomes_a_step_with_its_duration_from_the_events_times() -> No
         ModelEvents((ev.TextDelta("A"), ev.UsageReported(USAGE), ev.Done("stop")), 11.0),
         ModelEnded(),
     )
-    shows = [c.emit for c in out if isinstance(c, Show)]
+    shows = [e for c in out if isinstance(c, Show) for e in c.emits]
     assert shows == [ThinkingOut("hm"), ThinkingOut("m"), ThinkingDone(500), TextOut("A"), TokensOut(10)]
     assert s.steps == (ThinkingStep("hmm", 500), AnswerStep("A"))
 
@@ -199,11 +199,7 @@ def test_tool_placeholders_are_drawn_only_for_offered_tools_with_a_card() -> Non
             0.0,
         ),
     )
-    assert out == [
-        Show(ToolCallOpened("c1", "Read", MC1)),
-        Show(ToolArgsOut("c1", "Read", "{}", MC1)),
-        Flush(),
-    ]
+    assert out == [Show((ToolCallOpened("c1", "Read", MC1), ToolArgsOut("c1", "Read", "{}", MC1))), Flush()]
 
 
 # --- a tool round ----------------------------------------------------------------------------
@@ -266,7 +262,7 @@ def test_a_tool_the_run_did_not_offer_is_refused_never_run() -> None:
             MC1,
             s.round.assistant.tool_calls,
             (("c1", refusal("Write", "ask", TOOLS)), ("c3", refusal("Nope", "ask", TOOLS))),
-        )
+        ),
     ]
     assert "Write" in refusal("Write", "ask", TOOLS) and "ask mode" in refusal("Write", "ask", TOOLS)
     assert "unknown tool 'Nope'" in refusal("Nope", "ask", TOOLS)
@@ -285,7 +281,7 @@ def test_model_output_waits_for_the_settled_checkpoint() -> None:
     s, out = transition(s, Published("settled"))
     assert out == [Reveal("settled")] and not s.settling
     s, out = transition(s, ModelEvents((ev.TextDelta("x"),), 0.0))
-    assert out == [Show(TextOut("x")), Flush()]
+    assert out == [Show((TextOut("x"),)), Flush()]
 
 
 def test_a_call_that_fails_while_settling_ends_after_the_checkpoint_is_out() -> None:
