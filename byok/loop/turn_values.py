@@ -38,6 +38,16 @@ class Failed:
 
 Outcome = Succeeded | Canceled | Failed
 
+
+class FailedError(Exception):
+    """A step of a run failed the way its client is told (the start point, a provider call):
+    ``failure`` is the outcome the run ends with."""
+
+    def __init__(self, failure: Failed) -> None:
+        super().__init__(f"{failure.code}: {failure.message}")
+        self.failure = failure
+
+
 # --- steps of the turn (what its checkpoints list) ---------------------------------------------
 
 

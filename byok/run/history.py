@@ -14,21 +14,15 @@ import trio
 
 from byok.cursor.checkpoint import ClientState, TurnRecord, root_blob, turn_structure
 from byok.cursor.root_json import RootJsonError, decode_root
-from byok.loop.turn_values import Failed
+from byok.loop.turn_values import Failed, FailedError
 from byok.model.messages import Message
 from byok.run.kv import KvFailure, KvLink
 from byok.store import AsyncStore
 from byok.store.records import Head
 
 
-class StartFailed(Exception):
-    def __init__(self, failure: Failed) -> None:
-        super().__init__(f"{failure.code}: {failure.message}")
-        self.failure = failure
-
-
-def _fail(code: str, message: str) -> StartFailed:
-    return StartFailed(Failed(code, message))
+def _fail(code: str, message: str) -> FailedError:
+    return FailedError(Failed(code, message))
 
 
 async def _get_all(kv: KvLink, ids: list[bytes], timeout_s: float) -> list[bytes]:

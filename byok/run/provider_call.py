@@ -18,7 +18,7 @@ import trio
 
 from byok.config import ModelConfig, ProviderConfig
 from byok.loop.model_call import ModelCall, ModelCallResult, ModelProtocolError
-from byok.loop.turn_values import Failed
+from byok.loop.turn_values import Failed, FailedError
 from byok.model import events as ev
 from byok.model.request import ModelRequest, ModelSettings, RenderedRequest
 from byok.model.usage import Usage
@@ -76,12 +76,6 @@ def context_hint(model: ModelConfig) -> str:
         f" {model.context_tokens:,} tokens in the config; start a new chat, or pick a model"
         " with a larger window)"
     )
-
-
-class ProviderCallFailed(Exception):
-    def __init__(self, failure: Failed) -> None:
-        super().__init__(failure.message)
-        self.failure = failure
 
 
 @attrs.frozen
@@ -156,7 +150,7 @@ async def stream_model(
     """Send the request (retried while no output was seen), hand its events to ``on_events``
     and, once the stream ended cleanly, call ``on_end``. Either may raise ModelProtocolError:
     the call then fails as the provider's. The call is recorded (queued on the CallLog, never
-    awaited) whatever its end; a failure raises ProviderCallFailed."""
+    awaited) whatever its end; a failure raises FailedError."""
     decided_at = trio.current_time()  # queue time runs from here to the request going out
     decided_ms = ctx.wall_ms()
     rendered = ctx.adapter.render(request)
@@ -232,7 +226,7 @@ async def stream_model(
         except Exception:
             log.exception("could not record a provider call of request %s", ctx.request_id)
     if failure is not None:
-        raise ProviderCallFailed(failure)
+        raise FailedError(failure)
 
 
 @attrs.define

@@ -18,12 +18,22 @@ from byok.cursor.prompting import mode_name
 from byok.cursor.request import RunStart
 from byok.cursor.token_details import unmeasured
 from byok.cursor.tools.base import ToolOutcome
-from byok.loop.turn_values import Begin, Cancel, Canceled, Failed, Fault, Input, Outcome, Start, Succeeded
+from byok.loop.turn_values import (
+    Begin,
+    Cancel,
+    Canceled,
+    Failed,
+    FailedError,
+    Fault,
+    Input,
+    Outcome,
+    Start,
+    Succeeded,
+)
 from byok.run.context import RunContext
 from byok.run.conversation import ConversationSupervisor
 from byok.run.deps import RunDeps
 from byok.run.driver import Driver
-from byok.run.history import StartFailed
 from byok.run.inbox_pump import pump_inbox
 from byok.run.kv import KvLink
 from byok.run.run_log import RunLog, run_log_path
@@ -172,7 +182,7 @@ class Run:
             # A run that ended before its Begin (a cancel during the start point) has nothing to replay.
             if isinstance(inp, Begin) and self.ctx.deps.config.logging.record_runs and not self.driver.ended:
                 self._open_log()
-        except StartFailed as e:
+        except FailedError as e:
             inp = Fault(e.failure)
         except StoreError as e:  # the machine's fault (disk full, read-only), not byok's
             inp = Fault(Failed("internal", f"byok's database failed: {e}"))

@@ -23,11 +23,10 @@ from byok.cursor.checkpoint import ClientState, TurnRecord, empty_turn
 from byok.cursor.prompting import ModeAssets, build_runtime_message
 from byok.cursor.request import RunStart
 from byok.cursor.token_details import TokenDetails
-from byok.loop.turn_values import Failed
+from byok.loop.turn_values import Failed, FailedError
 from byok.model.messages import Message
 from byok.run.conversation import ConversationMemory
 from byok.run.history import (
-    StartFailed,
     branch_points,
     covered_count,
     fetch_turn,
@@ -55,7 +54,7 @@ def _aborted_on_conflict() -> Iterator[None]:
     try:
         yield
     except StaleRevision as e:
-        raise StartFailed(changed_under_run(e)) from None
+        raise FailedError(changed_under_run(e)) from None
 
 
 def ends_with_answer(messages: tuple[Message, ...]) -> bool:
@@ -211,7 +210,7 @@ async def start_point(
             memory.recall(await store.root_ids_at(head.revision_id))
         try:
             count, staged = resume_point(head, state, imported=imported, root_id_of=memory.root_id_of)
-        except StartFailed:
+        except FailedError:
             # Not on the head's branch: an edit may have branched back before the client's point
             # since (a failed retry of the same message). byok's revision holding exactly that
             # point, if it has one, becomes the head.
@@ -298,7 +297,7 @@ async def _branch_point(
         at = Head(head.conversation_id, revision_id, head.version, messages)
         try:
             count, staged = resume_point(at, state, root_id_of=memory.root_id_of)
-        except StartFailed:
+        except FailedError:
             continue
         return revision_id, count, staged
     return None

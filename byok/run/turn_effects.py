@@ -42,6 +42,7 @@ from byok.loop.turn_values import (
     Committed,
     End,
     Failed,
+    FailedError,
     Fault,
     FinalCheckpoints,
     Input,
@@ -69,7 +70,7 @@ from byok.run.context import RunContext
 from byok.run.crash import crash_point
 from byok.run.driver import Driver
 from byok.run.kv import KvFailure
-from byok.run.provider_call import ProviderCallFailed, model_settings, run_call_context, stream_model
+from byok.run.provider_call import model_settings, run_call_context, stream_model
 from byok.run.start_point import changed_under_run
 from byok.store import StaleRevision, StoreError
 
@@ -231,7 +232,7 @@ class TurnEffects:
                     on_end,
                     None if on_request is None else lambda r: on_request(r.body),
                 )
-        except ProviderCallFailed as e:
+        except FailedError as e:
             return ModelFailed(e.failure)
         return None
 

@@ -19,13 +19,14 @@ import trio
 from byok.config_load import load_config
 from byok.daemon import run_daemon
 from byok.devtools.cursor_sim import CursorSim, user_turn
+from byok.loop.turn_values import FailedError
 from byok.model.request import ModelRequest, ModelSettings, UserTurn
 from byok.model.usage import Usage
 from byok.providers import runner as provider_runner
 from byok.providers.adapters import adapter_for
 from byok.providers.retry import stream_with_retries
 from byok.run.call_log import CallLog
-from byok.run.provider_call import CallContext, ProviderCallFailed, call_model
+from byok.run.provider_call import CallContext, call_model
 from byok.store import DB_FILENAME, AsyncStore, LlmCallRecord, SQLiteStore, schema
 from tests.integration.conftest import Daemon, write_config
 from tests.support.fake_provider import (
@@ -446,7 +447,7 @@ async def test_a_broken_stream_is_a_protocol_error(store: AsyncStore, nursery: t
     async with model_caller(store, nursery, detailed=True) as (provider, ctx):
         script = invalid_json_script()
         provider.enqueue(script)
-        with pytest.raises(ProviderCallFailed):
+        with pytest.raises(FailedError):
             await call_model(ctx, REQUEST)
     (call,) = await store.llm_calls("r")
     assert call.status == "error" and call.error_kind == "protocol" and call.attempts == 1

@@ -10,11 +10,12 @@ import pytest
 
 from byok.cursor.checkpoint import root_blob
 from byok.cursor.root_json import encode_root
+from byok.loop.turn_values import FailedError
 from byok.model.messages import Message, ToolCall
 from byok.pb.agent import v1 as agent
 from byok.run import start_point
 from byok.run.conversation import ConversationMemory
-from byok.run.history import StartFailed, branch_points, covered_count, resume_point
+from byok.run.history import branch_points, covered_count, resume_point
 from byok.store import AsyncStore, SQLiteStore
 from byok.store.records import Head
 
@@ -114,7 +115,7 @@ async def test_revisions_of_any_branch_by_count(tmp_path: Path) -> None:
 async def test_a_settled_point_off_the_head_is_found_and_checked(tmp_path: Path) -> None:
     store, head, at = await grown(tmp_path)
     state = settled([R1, A1, R2, A2, T2])
-    with pytest.raises(StartFailed, match="ahead of byok's history"):
+    with pytest.raises(FailedError, match="ahead of byok's history"):
         resume_point(head, state)
     memory = ConversationMemory()
     assert await start_point._branch_point(store, memory, head, state) == (at["t2"], 5, None)

@@ -11,10 +11,10 @@ from byok.cursor.checkpoint import root_blob
 from byok.cursor.request import parse_run_request
 from byok.cursor.root_json import encode_root
 from byok.devtools.cursor_sim import user_turn
+from byok.loop.turn_values import FailedError
 from byok.model.messages import Message
 from byok.pb.agent import v1 as agent
 from byok.run import start_point
-from byok.run.history import StartFailed
 from byok.store import AsyncStore, SQLiteStore
 
 CONV = "conv-start"
@@ -32,7 +32,7 @@ async def test_a_resume_move_on_a_changed_conversation_is_aborted(tmp_path: Path
     first, second = history()
     seen = await store.append(CONV, (await store.append(CONV, 0, [first], 1)).version, [second], 1)
     await store.append(CONV, seen.version, [Message(role="user", origin="user", text="elsewhere")], 2)
-    with pytest.raises(StartFailed) as e:
+    with pytest.raises(FailedError) as e:
         await start_point._move_to(store, CONV, seen, 1, lambda: 3)  # the head it saw is stale
     assert (e.value.failure.code, "changed under this run" in e.value.failure.message) == ("aborted", True)
     await store.aclose()
@@ -56,7 +56,7 @@ async def test_an_import_into_a_conversation_written_meanwhile_is_aborted(tmp_pa
     st = parse_run_request("req-1", request)
     # The run found no conversation, so it imports; another writer created it in between.
     await store.append(CONV, 0, [Message(role="user", origin="user", text="elsewhere")], 1)
-    with pytest.raises(StartFailed) as e:
+    with pytest.raises(FailedError) as e:
         await start_point._import(store, Blobs(messages), st, 2, 1.0)  # type: ignore[arg-type]
     assert e.value.failure.code == "aborted"
     await store.aclose()
