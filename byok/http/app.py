@@ -50,8 +50,6 @@ class App:
         self.model_list = model_list
         self.offline = offline
         self.health = health
-        self.deps = deps
-        self.nursery = nursery
         self.forward = forward
         self.service = RunService(config=config, deps=deps, nursery=nursery)
         self.registry = self.service.registry
