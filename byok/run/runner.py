@@ -16,6 +16,7 @@ from byok.cursor.client_messages import ClientMessage
 from byok.cursor.exec_router import ExecRouter
 from byok.cursor.prompting import mode_name
 from byok.cursor.request import RunStart
+from byok.cursor.start_plan import first_step
 from byok.cursor.token_details import unmeasured
 from byok.cursor.tools.base import ToolOutcome
 from byok.loop.turn_values import (
@@ -27,7 +28,6 @@ from byok.loop.turn_values import (
     Fault,
     Input,
     Outcome,
-    Start,
     Succeeded,
 )
 from byok.run.context import RunContext
@@ -38,7 +38,7 @@ from byok.run.inbox_pump import pump_inbox
 from byok.run.kv import KvLink
 from byok.run.run_log import RunLog, run_log_path
 from byok.run.slot import RunSlot
-from byok.run.start_point import begin, ends_with_answer, runtime_message, start_point
+from byok.run.start_point import begin, runtime_message, start_point
 from byok.run.turn_effects import TurnEffects, tool_done
 from byok.store import RunExists, StoreError
 
@@ -220,11 +220,7 @@ class Run:
             # After a restart, the saved root ids instead of encoding thousands of messages again
             # (once per conversation: later checkpoints of the run need no store trip).
             c.memory.recall(await c.deps.store.root_ids_at(c.head.revision_id))
-        start: Start = "call"
-        if point.staged is not None:
-            start = "tools"  # a resume of a staged round: its tools run again, no provider call
-        elif st.action == "resume_action" and ends_with_answer(c.head.messages):
-            start = "final"  # resumed from the turn-end staged checkpoint: only those are missing
+        start = first_step(st.action, point.staged, c.head.messages)
         offered = frozenset(s.name for s in c.tool_specs)
         known = frozenset(c.deps.tools.registry)
         return Begin(

@@ -13,15 +13,11 @@ from collections.abc import Callable, Iterator
 
 import attrs
 
-from byok.cursor.background import (
-    completion_event_id,
-    completion_message,
-    is_subagent_finished,
-    simulated_user_message,
-)
-from byok.cursor.checkpoint import ClientState, TurnRecord, empty_turn
+from byok.cursor.background import completion_event_id, completion_message
+from byok.cursor.checkpoint import ClientState, TurnRecord
 from byok.cursor.prompting import ModeAssets, build_runtime_message
 from byok.cursor.request import RunStart
+from byok.cursor.start_plan import may_import, plan_start, planned_turn
 from byok.cursor.token_details import TokenDetails
 from byok.loop.turn_values import Failed, FailedError
 from byok.model.messages import Message
@@ -57,16 +53,8 @@ def _aborted_on_conflict() -> Iterator[None]:
         raise FailedError(changed_under_run(e)) from None
 
 
-def ends_with_answer(messages: tuple[Message, ...]) -> bool:
-    return bool(messages) and messages[-1].role == "assistant" and not messages[-1].tool_calls
-
-
 def _run_event_id(st: RunStart) -> str:
     return f"run-request:{st.request_id}"
-
-
-def _may_import(st: RunStart) -> bool:
-    return st.client_state is not None and bool(st.client_state.root_prompt_messages_json)
 
 
 def runtime_message(assets: ModeAssets, st: RunStart, now_ms: int) -> Message:
@@ -155,7 +143,7 @@ async def begin(store: AsyncStore, st: RunStart, runtime: Message | None, now_ms
             st.user_message.message_id,
             runtime,
             now_ms,
-            may_import=_may_import(st),
+            may_import=may_import(st),
         )
 
 
@@ -182,60 +170,64 @@ async def start_point(
     wall_ms: Callable[[], int],
     timeout_s: float,
 ) -> StartPoint:
-    """After the first trip: import the history, move the head for a resume, append what is
-    still to append exactly once."""
+    """After the first trip: the steps ``plan_start`` decided (import the history, append the
+    runtime message, move the head for a resume, append finished subagents' reports), each
+    appended message exactly once."""
     state = st.client_state
     details = state.token_details if state is not None else None
+    plan = plan_start(st, begun.head.version, begun.appended)
     head, prior_turns = begun.head, begun.turns
-    if runtime is not None:
-        assert st.user_message is not None
-        _remember_client_blobs(memory.acked, state)
-        if not begun.appended:
-            head, prior_turns = await _import(store, kv, st, wall_ms(), timeout_s)
-            input_id = st.user_message.message_id or None
-            head = await _append(
-                store, st, head, runtime, wall_ms(), event_id=_run_event_id(st), input_id=input_id
-            )
-        return StartPoint(head, prior_turns, TurnRecord(st.request_id, bytes(st.user_message)), None, details)
-
-    imported = head.version == 0 and _may_import(st)
-    if imported:
+    if plan.imports:
         head, prior_turns = await _import(store, kv, st, wall_ms(), timeout_s)
     _remember_client_blobs(memory.acked, state)
-
-    if st.action == "resume_action":
-        if state is None or not state.root_prompt_messages_json:
-            return StartPoint(head, prior_turns, empty_turn(st.request_id), None, details)
-        if memory.needs_recall(head.messages):
-            memory.recall(await store.root_ids_at(head.revision_id))
-        try:
-            count, staged = resume_point(head, state, imported=imported, root_id_of=memory.root_id_of)
-        except FailedError:
-            # Not on the head's branch: an edit may have branched back before the client's point
-            # since (a failed retry of the same message). byok's revision holding exactly that
-            # point, if it has one, becomes the head.
-            branch = None if imported else await _branch_point(store, memory, head, state)
-            if branch is None:
-                raise
-            at, count, staged = branch
-            with _aborted_on_conflict():
-                head = await store.move_head(st.conversation_id, head.version, at, wall_ms())
-        head = await _move_to(store, st.conversation_id, head, count, wall_ms)
-        turns = list(state.turns)
-        prior_turns = tuple(turns[:-1])
-        if not turns:
-            return StartPoint(head, prior_turns, empty_turn(st.request_id), staged, details)
-        return StartPoint(head, prior_turns, await fetch_turn(kv, turns[-1], timeout_s), staged, details)
-
-    assert st.action == "background_task_completion_action", st.action
-    finished = [c for c in st.completions if is_subagent_finished(c)]
-    for c in finished:
+    if plan.append_runtime:
+        assert runtime is not None and st.user_message is not None
+        input_id = st.user_message.message_id or None
+        head = await _append(
+            store, st, head, runtime, wall_ms(), event_id=_run_event_id(st), input_id=input_id
+        )
+    staged: Message | None = None
+    if plan.resume:
+        assert state is not None
+        head, staged = await _resume(store, memory, st, head, state, imported=plan.imports, wall_ms=wall_ms)
+        prior_turns = tuple(state.turns[:-1])
+    for c in plan.completions:
         head = await _append(
             store, st, head, completion_message(c), wall_ms(), event_id=completion_event_id(c)
         )
-    first = finished[0] if finished else st.completions[0]
-    turn = TurnRecord(st.request_id, bytes(simulated_user_message(first)))
-    return StartPoint(head, prior_turns, turn, None, details)
+    turn = planned_turn(st, plan)
+    if turn is None:
+        assert state is not None
+        turn = await fetch_turn(kv, state.turns[-1], timeout_s)
+    return StartPoint(head, prior_turns, turn, staged, details)
+
+
+async def _resume(
+    store: AsyncStore,
+    memory: ConversationMemory,
+    st: RunStart,
+    head: Head,
+    state: ClientState,
+    *,
+    imported: bool,
+    wall_ms: Callable[[], int],
+) -> tuple[Head, Message | None]:
+    """The head moved to the client's checkpoint, and the staged round to run again, if any."""
+    if memory.needs_recall(head.messages):
+        memory.recall(await store.root_ids_at(head.revision_id))
+    try:
+        count, staged = resume_point(head, state, imported=imported, root_id_of=memory.root_id_of)
+    except FailedError:
+        # Not on the head's branch: an edit may have branched back before the client's point
+        # since (a failed retry of the same message). byok's revision holding exactly that
+        # point, if it has one, becomes the head.
+        branch = None if imported else await _branch_point(store, memory, head, state)
+        if branch is None:
+            raise
+        at, count, staged = branch
+        with _aborted_on_conflict():
+            head = await store.move_head(st.conversation_id, head.version, at, wall_ms())
+    return await _move_to(store, st.conversation_id, head, count, wall_ms), staged
 
 
 def _remember_client_blobs(acked: set[bytes], state: ClientState | None) -> None:
