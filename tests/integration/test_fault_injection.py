@@ -35,6 +35,7 @@ Each client sends the last checkpoint it got with its next run_request, as Curso
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 import logging
@@ -43,6 +44,7 @@ import random
 import sqlite3
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +60,7 @@ from byok.http.connect_envelope import encode_frame
 from byok.pb.agent import v1 as agent
 from byok.pb.aiserver import v1 as aiserver
 from byok.run.replay import read_log, replay
+from byok.run.upkeep import FULL_COLLECTIONS_OFF
 from byok.store import DB_FILENAME, SQLiteStore
 from tests.integration.conftest import write_config
 from tests.support.fake_provider import (
@@ -355,6 +358,24 @@ def replay_all(data_dir: Path, failures: list[str]) -> int:
     return replayed
 
 
+@pytest.fixture
+def served_gc() -> Iterator[None]:
+    """The collector as `byok serve` sets it: the heap so far frozen, no automatic full
+    collection (the upkeep runs them between runs). In a pytest process that has run a thousand
+    tests before this one, a full collection walks all of their leftovers: a pause long enough
+    for the loop's 0.3 s ACK timeout, which the daemon never meets."""
+    thresholds = gc.get_threshold()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*FULL_COLLECTIONS_OFF)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
+
+
+@pytest.mark.usefixtures("served_gc")
 async def test_fault_injection_loop(
     tmp_path: Path, nursery: trio.Nursery, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
