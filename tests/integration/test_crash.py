@@ -17,7 +17,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -103,9 +103,14 @@ class DaemonProc:
 
 @asynccontextmanager
 async def daemon_process(
-    cfg: Path, client: httpx.AsyncClient, log: Path, crash_at: str | None = None
+    cfg: Path,
+    client: httpx.AsyncClient,
+    log: Path,
+    crash_at: str | None = None,
+    preexec_fn: Callable[[], None] | None = None,
 ) -> AsyncIterator[DaemonProc]:
-    """`python -m byok serve` on a fresh port; killed (by its own handle) if a test leaves it running."""
+    """`python -m byok serve` on a fresh port; killed (by its own handle) if a test leaves it running.
+    ``preexec_fn`` runs in the child before exec (a lower resource limit)."""
     env = {k: v for k, v in os.environ.items() if k != "BYOK_CRASH_AT"}
     if crash_at is not None:
         env["BYOK_CRASH_AT"] = crash_at
@@ -117,6 +122,7 @@ async def daemon_process(
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=err,
+            preexec_fn=preexec_fn,
         )
     base = f"http://127.0.0.1:{port}"
     try:

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import os
 import resource
-import subprocess
-import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager, suppress
+from contextlib import suppress
 from pathlib import Path
 
 import httpx
@@ -19,7 +16,7 @@ from byok.http.connect_envelope import encode_frame
 from byok.http.run_stream import MAX_UNDECIDED_STREAMS
 from byok.pb.aiserver import v1 as aiserver
 from tests.integration.conftest import start_daemon, write_config
-from tests.integration.test_cli import ROOT, free_port
+from tests.integration.test_crash import daemon_process
 from tests.support.fake_provider import FakeProvider, chat_text_script
 
 FD_LIMIT = 256
@@ -27,39 +24,6 @@ FD_LIMIT = 256
 
 def _low_fd_limit() -> None:  # in the child, before exec: soft and hard, so raising does nothing
     resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
-
-
-@asynccontextmanager
-async def low_limit_daemon(
-    cfg: Path, client: httpx.AsyncClient, log: Path
-) -> AsyncIterator[tuple[trio.Process, str]]:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if k != "BYOK_CRASH_AT"}
-    with log.open("ab") as err:
-        proc = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "byok", "serve", "--config", str(cfg), "--port", str(port)],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            preexec_fn=_low_fd_limit,
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        with trio.fail_after(20):
-            while True:
-                assert proc.returncode is None, f"daemon exited early: {log.read_text()}"
-                try:
-                    if (await client.get(base + "/byok/healthz")).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    await trio.sleep(0.05)
-        yield proc, base
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            with trio.move_on_after(5):
-                await proc.wait()
 
 
 def run_sse_request(request_id: str) -> bytes:
@@ -103,7 +67,11 @@ async def test_idle_run_sse_streams_do_not_exhaust_a_low_fd_limit(
     cfg = tmp_path / "byok.toml"
     write_config(cfg, provider_url=await provider.start(nursery), data_dir=tmp_path / "data")
     log = tmp_path / "daemon.log"
-    async with httpx.AsyncClient(timeout=10) as client, low_limit_daemon(cfg, client, log) as (proc, base):
+    async with (
+        httpx.AsyncClient(timeout=10) as client,
+        daemon_process(cfg, client, log, preexec_fn=_low_fd_limit) as daemon,
+    ):
+        proc, base = daemon.proc, daemon.base_url
         port = int(base.rsplit(":", 1)[1])
         baseline = sockets_of(proc.pid)
         opened = 0

@@ -19,21 +19,11 @@ from byok.store import SQLiteStore
 from tests.integration.conftest import write_config
 from tests.integration.test_crash import checkpoints, daemon_process, shape
 from tests.support.fake_provider import FakeProvider, Script, anthropic_text_script, anthropic_tool_script
+from tests.support.run_driver import resume_request
 
 CONV = "conv-resume-branch"
 MODEL = "byok-demo"
 READ = ("toolu_1", "Read", '{"path": "notes.txt"}')
-
-
-def resume(state: agent.ConversationStateStructure) -> agent.AgentRunRequest:
-    return agent.AgentRunRequest(
-        conversation_state=state,
-        action=agent.ConversationAction(
-            resume_action=agent.ResumeAction(request_context=agent.RequestContext())
-        ),
-        requested_model=agent.RequestedModel(model_id=MODEL),
-        conversation_id=CONV,
-    )
 
 
 async def test_resume_from_a_settled_checkpoint_after_a_failed_retry(
@@ -110,7 +100,7 @@ async def test_resume_from_a_settled_checkpoint_after_a_failed_retry(
             provider.enqueue(anthropic_text_script(["The file says alpha."]))
             before = len(provider.requests)
             with trio.fail_after(15):
-                resumed = await sim2.run("req-resume", resume(settled))
+                resumed = await sim2.run("req-resume", resume_request(settled, conversation_id=CONV))
             assert resumed.end_stream == {}, resumed.end_stream
             assert resumed.text() == "The file says alpha."
             assert resumed.execs == []  # a settled round is not run again
