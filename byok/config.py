@@ -142,6 +142,9 @@ class ModelsListConfig:
     """``[models_list]``: how byok's models are merged into Cursor's model list."""
 
     placement: Placement = "first"
+    # The model Cursor's default-model calls answer with (an enabled model's id); None leaves
+    # upstream's default in place.
+    default: str | None = None
 
 
 @attrs.frozen

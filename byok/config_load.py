@@ -74,7 +74,7 @@ _MODEL_KEYS = (
     "thinking",
     "extra_body",
 )
-_MODELS_LIST_KEYS = ("placement",)
+_MODELS_LIST_KEYS = ("placement", "default")
 _PROXY_KEYS = ("enabled", "host", "port", "intercept")
 _LOGGING_KEYS = ("detailed", "record_runs")
 _OVERRIDE_KEYS = ("host", "port", "data_dir")
@@ -180,7 +180,20 @@ def _models_list(t: Table) -> ModelsListConfig:
     placement = pick(t.string("placement"), "first")
     if placement not in PLACEMENTS:
         raise t.error("placement", f"expected one of: {', '.join(PLACEMENTS)}, got {placement!r}")
-    return ModelsListConfig(placement=placement)  # type: ignore[arg-type]  # checked above
+    return ModelsListConfig(placement=placement, default=t.string("default"))  # type: ignore[arg-type]
+
+
+def _check_default(source: str, models_list: ModelsListConfig, models: list[ModelConfig]) -> None:
+    """The configured default must be a model Cursor is shown."""
+    default = models_list.default
+    if default is None:
+        return
+    model = next((m for m in models if m.id == default), None)
+    if model is None:
+        listing = ", ".join(m.id for m in models if m.enabled) or "none configured"
+        raise ConfigError(source, "models_list.default", f"unknown model {default!r} (enabled: {listing})")
+    if not model.enabled:
+        raise ConfigError(source, "models_list.default", f"model {default!r} has enabled = false")
 
 
 def _proxy(t: Table) -> ProxyConfig:
@@ -232,12 +245,14 @@ def _build(source: str, data: Mapping[str, object], overrides: Mapping[str, obje
         if problem is not None:
             key, text = problem
             raise ConfigError(source, f"models[{i}].extra_body{key}", text)
+    models_list = _models_list(root.table("models_list"))
+    _check_default(source, models_list, models)
     return Config(
         server=server,
         providers=tuple(providers),
         models=tuple(models),
         source=source,
-        models_list=_models_list(root.table("models_list")),
+        models_list=models_list,
         proxy=_proxy(root.table("proxy")),
         logging=_logging(root.table("logging")),
     )

@@ -11,8 +11,13 @@ Wire shapes (reference schema):
   ``agent.v1.GetUsableModelsResponse``: a list of ``agent.v1.ModelDetails`` keyed by
   ``model_id`` (the cursor-agent CLI's list). The aiserver copy of the message names the same
   client class, so byok reads both with the agent.v1 type.
+- ``aiserver.v1.CppService/AvailableModels`` answers ``AvailableCppModelsResponse``: model ids
+  and a default; the cursor-agent CLI's model list.
 - ``GetDefaultModelForCli`` answers ``agent.v1.GetDefaultModelForCliResponse`` and
   ``AiService/GetDefaultModel`` answers ``aiserver.v1.GetDefaultModelResponse``.
+
+``default`` is ``[models_list] default``: the model byok answers as the default, or None (the
+first model when byok answers alone).
 
 A byok model replaces an upstream entry with the same name; byok's models keep config order and
 go first or last as configured. Fields byok does not know (newer than the reference schema) are
@@ -119,6 +124,19 @@ def merge_usable_models(
     return out
 
 
+def merge_cpp_models(
+    resp: aiserver.AvailableCppModelsResponse,
+    models: Sequence[ModelConfig],
+    placement: Placement,
+    default: ModelConfig | None = None,
+) -> aiserver.AvailableCppModelsResponse:
+    out = _clone(resp)
+    out.models = splice(resp.models, [m.id for m in models], _same, placement)
+    if default is not None:
+        out.default_model = default.id
+    return out
+
+
 def local_available_models(models: Sequence[ModelConfig]) -> aiserver.AvailableModelsResponse:
     """The picker when upstream cannot be asked: byok's models alone, the first as default."""
     resp = aiserver.AvailableModelsResponse(
@@ -135,15 +153,35 @@ def local_usable_models(models: Sequence[ModelConfig]) -> agent.GetUsableModelsR
     return agent.GetUsableModelsResponse(models=[model_details(m) for m in models])
 
 
-def local_default_model_for_cli(models: Sequence[ModelConfig]) -> agent.GetDefaultModelForCliResponse:
-    return agent.GetDefaultModelForCliResponse(model=model_details(models[0]) if models else None)
+def _default_of(models: Sequence[ModelConfig], default: ModelConfig | None) -> ModelConfig | None:
+    return default if default is not None else (models[0] if models else None)
 
 
-def local_default_model(models: Sequence[ModelConfig]) -> aiserver.GetDefaultModelResponse:
-    if not models:
+def local_cpp_models(
+    models: Sequence[ModelConfig], default: ModelConfig | None = None
+) -> aiserver.AvailableCppModelsResponse:
+    chosen = _default_of(models, default)
+    return aiserver.AvailableCppModelsResponse(
+        models=[m.id for m in models], default_model=chosen.id if chosen is not None else None
+    )
+
+
+def local_default_model_for_cli(
+    models: Sequence[ModelConfig], default: ModelConfig | None = None
+) -> agent.GetDefaultModelForCliResponse:
+    chosen = _default_of(models, default)
+    return agent.GetDefaultModelForCliResponse(model=model_details(chosen) if chosen is not None else None)
+
+
+def local_default_model(
+    models: Sequence[ModelConfig], default: ModelConfig | None = None
+) -> aiserver.GetDefaultModelResponse:
+    chosen = _default_of(models, default)
+    if chosen is None:
         return aiserver.GetDefaultModelResponse()
-    thinking = next((m for m in models if m.thinking), models[0])
-    return aiserver.GetDefaultModelResponse(model=models[0].id, thinking_model=thinking.id)
+    # The default when thinking is on: the default itself if it thinks, else the first that does.
+    thinking = chosen if chosen.thinking else next((m for m in models if m.thinking), chosen)
+    return aiserver.GetDefaultModelResponse(model=chosen.id, thinking_model=thinking.id)
 
 
 # --- proto3 JSON (application/json) ---------------------------------------------------
@@ -175,6 +213,19 @@ def merge_available_models_json(
     names = _key_of(obj, "modelNames", "model_names")
     if obj.get(names) or not upstream:
         out[names] = splice(obj.get(names) or [], [m.id for m in models], _same, placement)
+    return out
+
+
+def merge_cpp_models_json(
+    obj: dict[str, Any],
+    models: Sequence[ModelConfig],
+    placement: Placement,
+    default: ModelConfig | None = None,
+) -> dict[str, Any]:
+    out = dict(obj)
+    out["models"] = splice(obj.get("models") or [], [m.id for m in models], _same, placement)
+    if default is not None:
+        out[_key_of(obj, "defaultModel", "default_model")] = default.id
     return out
 
 

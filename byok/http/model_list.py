@@ -3,13 +3,15 @@
 Routes (all Connect unary, POST):
 
 - ``/aiserver.v1.AiService/AvailableModels``: the IDE's model picker;
-- ``/aiserver.v1.AiService/GetUsableModels`` and ``/agent.v1.AgentService/GetUsableModels``:
-  the cursor-agent CLI's list;
+- ``/aiserver.v1.AiService/GetUsableModels``, ``/agent.v1.AgentService/GetUsableModels`` and
+  ``/aiserver.v1.CppService/AvailableModels``: the cursor-agent CLI's lists;
 - ``/aiserver.v1.AiService/GetDefaultModelForCli``, ``/agent.v1.AgentService/GetDefaultModelForCli``
   and ``/aiserver.v1.AiService/GetDefaultModel``: the default model.
 
-The request is relayed to upstream buffered (these are small calls) with the forwarder's header
-rules. What comes back decides the answer:
+With ``[models_list] default`` set, the default-model RPCs are answered by byok alone with that
+model, and the CLI list's ``default_model`` names it. Otherwise the request is relayed to upstream
+buffered (these are small calls) with the forwarder's header rules. What comes back decides the
+answer:
 
 - 2xx: the list RPCs are decoded (``application/proto``, ``application/json`` or one Connect
   envelope; gzip ``Content-Encoding`` undone), byok's enabled models merged in
@@ -17,8 +19,8 @@ rules. What comes back decides the answer:
   upstream's status and end-to-end headers and a fresh Content-Length. The default-model RPCs
   pass through unchanged: upstream's default stays the user's default. A body that cannot be
   decoded also passes through unchanged (logged).
-- upstream unreachable, timed out, or 5xx: byok answers alone with 200: its models, and its
-  first model as the default.
+- upstream unreachable, timed out, or 5xx: byok answers alone with 200: its models, and the
+  configured default (else its first model) as the default.
 - 4xx (e.g. 401 when Cursor's session expired) and anything else: passed through unchanged, so
   Cursor sees the real auth error instead of a list that hides it.
 """
@@ -60,42 +62,63 @@ USABLE_MODELS_AGENT = "/agent.v1.AgentService/GetUsableModels"
 DEFAULT_FOR_CLI_AI = "/aiserver.v1.AiService/GetDefaultModelForCli"
 DEFAULT_FOR_CLI_AGENT = "/agent.v1.AgentService/GetDefaultModelForCli"
 DEFAULT_MODEL = "/aiserver.v1.AiService/GetDefaultModel"
+CPP_MODELS = "/aiserver.v1.CppService/AvailableModels"
 
 DEFAULT_TIMEOUT_S = 10.0
 
-ProtoMerge = Callable[[Any, Sequence[ModelConfig], Placement], Any]
-JsonMerge = Callable[[dict[str, Any], Sequence[ModelConfig], Placement], dict[str, Any]]
+# (upstream's answer, byok's models, placement[, default=the configured default]) -> merged
+ProtoMerge = Callable[..., Any]
+JsonMerge = Callable[..., dict[str, Any]]
+Local = Callable[[Sequence[ModelConfig], ModelConfig | None], betterproto2.Message]
 
 
 @attrs.frozen
 class _Route:
     message: type[betterproto2.Message]
-    local: Callable[[Sequence[ModelConfig]], betterproto2.Message]
+    local: Local
     merge: ProtoMerge | None = None  # None: upstream's 2xx answer passes through unchanged
     merge_json: JsonMerge | None = None
+    # A default-model RPC: byok answers it alone when [models_list] default is set.
+    is_default: bool = False
+    # The merges take the configured default (a list that names a default).
+    merge_default: bool = False
+
+
+def _list_only(local: Callable[[Sequence[ModelConfig]], betterproto2.Message]) -> Local:
+    return lambda models, _default: local(models)
 
 
 _AVAILABLE = _Route(
     aiserver.AvailableModelsResponse,
-    catalog.local_available_models,
+    _list_only(catalog.local_available_models),
     catalog.merge_available_models,
     catalog.merge_available_models_json,
 )
 _USABLE = _Route(
     agent.GetUsableModelsResponse,
-    catalog.local_usable_models,
+    _list_only(catalog.local_usable_models),
     catalog.merge_usable_models,
     catalog.merge_usable_models_json,
 )
-_DEFAULT_FOR_CLI = _Route(agent.GetDefaultModelForCliResponse, catalog.local_default_model_for_cli)
+_CPP = _Route(
+    aiserver.AvailableCppModelsResponse,
+    catalog.local_cpp_models,
+    catalog.merge_cpp_models,
+    catalog.merge_cpp_models_json,
+    merge_default=True,
+)
+_DEFAULT_FOR_CLI = _Route(
+    agent.GetDefaultModelForCliResponse, catalog.local_default_model_for_cli, is_default=True
+)
 
 ROUTES: dict[str, _Route] = {
     AVAILABLE_MODELS: _AVAILABLE,
     USABLE_MODELS_AI: _USABLE,
     USABLE_MODELS_AGENT: _USABLE,
+    CPP_MODELS: _CPP,
     DEFAULT_FOR_CLI_AI: _DEFAULT_FOR_CLI,
     DEFAULT_FOR_CLI_AGENT: _DEFAULT_FOR_CLI,
-    DEFAULT_MODEL: _Route(aiserver.GetDefaultModelResponse, catalog.local_default_model),
+    DEFAULT_MODEL: _Route(aiserver.GetDefaultModelResponse, catalog.local_default_model, is_default=True),
 }
 
 _REQUEST_DROP = frozenset({b"expect", b"content-length", b"accept-encoding"})
@@ -127,16 +150,23 @@ def _decode_content(body: bytes, encoding: str | None, limit: int) -> bytes:
 
 
 def _merged_body(
-    route: _Route, media: str, raw: bytes, models: Sequence[ModelConfig], placement: Placement
+    route: _Route,
+    media: str,
+    raw: bytes,
+    models: Sequence[ModelConfig],
+    placement: Placement,
+    default: ModelConfig | None,
 ) -> bytes:
     assert route.merge is not None and route.merge_json is not None
+    extra = {"default": default} if route.merge_default else {}
     if media == "application/proto":
-        return bytes(route.merge(proto_decode.parse(route.message, raw), models, placement))
+        return bytes(route.merge(proto_decode.parse(route.message, raw), models, placement, **extra))
     if media == "application/json":
         obj = json.loads(raw or b"{}")
         if not isinstance(obj, dict):
             raise _Undecodable("JSON body is not an object")
-        return json.dumps(route.merge_json(obj, models, placement), separators=(",", ":")).encode()
+        merged = route.merge_json(obj, models, placement, **extra)
+        return json.dumps(merged, separators=(",", ":")).encode()
     if media == "application/connect+proto":
         decoder = FrameDecoder()  # caps each (decompressed) message at 64 MiB
         frames = decoder.feed(raw)
@@ -146,7 +176,7 @@ def _merged_body(
             if f.end_stream:
                 out += encode_frame(f.payload, f.flags)
             else:
-                merged = route.merge(proto_decode.parse(route.message, f.payload), models, placement)
+                merged = route.merge(proto_decode.parse(route.message, f.payload), models, placement, **extra)
                 out += encode_frame(bytes(merged))
         return out
     raise _Undecodable(f"content type {media!r}")
@@ -200,6 +230,10 @@ class ModelListRoutes:
                 unary_error_body(err),
             )
             return True
+        if route.is_default and self._default is not None:
+            log.info("%s: answering with [models_list] default %r", scope["path"], self._default.id)
+            await self._answer(scope, send, route)
+            return True
         if self._health is not None and not await self._health.reachable():
             await self._answer_locally(scope, send, route, "upstream marked unreachable")
             return True
@@ -218,7 +252,9 @@ class ModelListRoutes:
         content_type = _header(headers, b"content-type")
         try:
             plain = _decode_content(raw, _header(headers, b"content-encoding"), self._limit)
-            merged = _merged_body(route, _media_type(content_type), plain, self.models, self._placement)
+            merged = _merged_body(
+                route, _media_type(content_type), plain, self.models, self._placement, self._default
+            )
         except Exception as e:  # _Undecodable, ProtocolError, bad proto/JSON
             log.warning(
                 "%s: cannot merge byok models into upstream's answer (%s); passed through", scope["path"], e
@@ -238,6 +274,11 @@ class ModelListRoutes:
     @property
     def _placement(self) -> Placement:
         return self._config.models_list.placement
+
+    @property
+    def _default(self) -> ModelConfig | None:
+        chosen = self._config.models_list.default
+        return None if chosen is None else self._config.model(chosen)
 
     async def _ask_upstream(
         self, scope: Scope, body: bytes
@@ -274,7 +315,10 @@ class ModelListRoutes:
 
     async def _answer_locally(self, scope: Scope, send: Send, route: _Route, why: str) -> None:
         log.warning("%s: %s; answering with byok's %d model(s) alone", scope["path"], why, len(self.models))
-        message = route.local(self.models)
+        await self._answer(scope, send, route)
+
+    async def _answer(self, scope: Scope, send: Send, route: _Route) -> None:
+        message = route.local(self.models, self._default)
         if _media_type(header(scope, "content-type")) == "application/json":
             body = json.dumps(message.to_dict(), separators=(",", ":")).encode()
             content_type = b"application/json"

@@ -16,7 +16,9 @@ from byok.config import Config, ModelConfig, ModelsListConfig, ProviderConfig, S
 from byok.http.connect_envelope import FLAG_END_STREAM, FrameDecoder, encode_frame
 from byok.http.model_list import (
     AVAILABLE_MODELS,
+    CPP_MODELS,
     DEFAULT_FOR_CLI_AGENT,
+    DEFAULT_FOR_CLI_AI,
     DEFAULT_MODEL,
     USABLE_MODELS_AGENT,
     USABLE_MODELS_AI,
@@ -83,6 +85,9 @@ USABLE = agent.GetUsableModelsResponse(
     models=[agent.ModelDetails(model_id="default", display_name="Auto"), agent.ModelDetails(model_id="gpt-5")]
 )
 DEFAULT_FOR_CLI = agent.GetDefaultModelForCliResponse(model=agent.ModelDetails(model_id="default"))
+CPP = aiserver.AvailableCppModelsResponse(
+    models=["default", "gpt-5", "cursor-small"], default_model="default"
+)
 
 
 @attrs.define
@@ -110,6 +115,7 @@ class FakeUpstream:
             USABLE_MODELS_AI: bytes(USABLE),
             USABLE_MODELS_AGENT: bytes(USABLE),
             DEFAULT_FOR_CLI_AGENT: bytes(DEFAULT_FOR_CLI),
+            CPP_MODELS: bytes(CPP),
         }.get(path, b"")
         headers = [(b"content-type", b"application/proto"), (b"x-upstream", b"yes")]
         status = 200
@@ -117,7 +123,7 @@ class FakeUpstream:
             await self.release.wait()
         if self.mode == "json":
             msg = aiserver.AvailableModelsResponse.parse(recorded_available_models())
-            obj = msg.to_dict()
+            obj = CPP.to_dict() if path == CPP_MODELS else msg.to_dict()
             obj["futureKey"] = [1, 2]
             raw = json.dumps(obj).encode()
             headers = [(b"content-type", b"application/json")]
@@ -140,7 +146,7 @@ class FakeUpstream:
         await send({"type": "http.response.body", "body": raw})
 
 
-def make_config(tmp_path: Path, placement: str = "first") -> Config:
+def make_config(tmp_path: Path, placement: str = "first", default: str | None = None) -> Config:
     provider = ProviderConfig(id="p", kind="openai_chat", base_url="http://127.0.0.1:9/v1")
     models = (
         ModelConfig(
@@ -154,7 +160,7 @@ def make_config(tmp_path: Path, placement: str = "first") -> Config:
         providers=(provider,),
         models=models,
         source="test",
-        models_list=ModelsListConfig(placement=placement),  # type: ignore[arg-type]
+        models_list=ModelsListConfig(placement=placement, default=default),  # type: ignore[arg-type]
     )
 
 
@@ -179,6 +185,7 @@ async def rig(
     upstream_down: bool = False,
     via_extension: bool = False,
     timeout_s: float = 10.0,
+    default: str | None = None,
 ) -> AsyncIterator[Rig]:
     fake = FakeUpstream()
     async with (
@@ -191,7 +198,8 @@ async def rig(
         base = up_url
         if via_extension:  # the configured upstream is dead; the proxy's per-scope origin is not
             base = await _closed_port_url()
-        routes = ModelListRoutes(make_config(tmp_path, placement), up_client, base, timeout_s=timeout_s)
+        config = make_config(tmp_path, placement, default)
+        routes = ModelListRoutes(config, up_client, base, timeout_s=timeout_s)
 
         async def app(scope: Scope, receive: Receive, send: Send) -> None:
             if scope["type"] == "lifespan":
@@ -378,3 +386,68 @@ async def test_proxy_origin_extension_wins(tmp_path: Path) -> None:
         resp = await r.client.post(AVAILABLE_MODELS, content=b"", headers=PROTO)
     assert resp.headers.get("x-upstream") == "yes"
     assert len(r.upstream.seen) == 1
+
+
+async def test_cli_model_list_merged(tmp_path: Path) -> None:
+    """The cursor-agent CLI's CppService list: byok's enabled ids merged in, upstream's default kept."""
+    async with rig(tmp_path) as r:
+        resp = await r.client.post(CPP_MODELS, content=b"", headers=PROTO)
+    assert resp.status_code == 200
+    merged = aiserver.AvailableCppModelsResponse.parse(resp.content)
+    assert merged.models == ["byok-a", "gpt-5", "default", "cursor-small"]
+    assert merged.default_model == "default"
+    assert [scope["path"] for scope, _ in r.upstream.seen] == [CPP_MODELS]
+
+
+async def test_cli_model_list_json(tmp_path: Path) -> None:
+    async with rig(tmp_path, default="gpt-5") as r:
+        r.upstream.mode = "json"
+        resp = await r.client.post(CPP_MODELS, json={})
+    obj = resp.json()
+    assert obj["models"] == ["byok-a", "gpt-5", "default", "cursor-small"]
+    assert (obj["defaultModel"], obj["futureKey"]) == ("gpt-5", [1, 2])
+
+
+async def test_cli_model_list_names_the_configured_default(tmp_path: Path) -> None:
+    async with rig(tmp_path, default="gpt-5") as r:
+        resp = await r.client.post(CPP_MODELS, content=b"", headers=PROTO)
+    merged = aiserver.AvailableCppModelsResponse.parse(resp.content)
+    assert merged.models == ["byok-a", "gpt-5", "default", "cursor-small"]
+    assert merged.default_model == "gpt-5"
+
+
+async def test_cli_model_list_when_upstream_is_down(tmp_path: Path) -> None:
+    async with rig(tmp_path, upstream_down=True) as r:
+        resp = await r.client.post(CPP_MODELS, content=b"", headers=PROTO)
+    local = aiserver.AvailableCppModelsResponse.parse(resp.content)
+    assert (local.models, local.default_model) == (["byok-a", "gpt-5"], "byok-a")
+
+
+async def test_configured_default_answers_the_default_routes(tmp_path: Path) -> None:
+    async with rig(tmp_path, default="gpt-5") as r:
+        cli = [
+            await r.client.post(p, content=b"", headers=PROTO)
+            for p in (DEFAULT_FOR_CLI_AGENT, DEFAULT_FOR_CLI_AI)
+        ]
+        default = await r.client.post(DEFAULT_MODEL, content=b"", headers=PROTO)
+        as_json = await r.client.post(DEFAULT_FOR_CLI_AGENT, json={})
+    for resp in cli:
+        model = agent.GetDefaultModelForCliResponse.parse(resp.content).model
+        assert model is not None and model.model_id == "gpt-5" and model.thinking_details is not None
+    d = aiserver.GetDefaultModelResponse.parse(default.content)
+    assert (d.model, d.thinking_model) == ("gpt-5", "gpt-5")
+    assert as_json.json()["model"]["modelId"] == "gpt-5"
+    assert r.upstream.seen == []  # the user's choice: upstream is not asked
+
+
+async def test_configured_default_that_does_not_think(tmp_path: Path) -> None:
+    async with rig(tmp_path, default="byok-a", upstream_down=True) as r:
+        default = await r.client.post(DEFAULT_MODEL, content=b"", headers=PROTO)
+        usable = await r.client.post(USABLE_MODELS_AGENT, content=b"", headers=PROTO)
+    d = aiserver.GetDefaultModelResponse.parse(default.content)
+    assert (d.model, d.thinking_model) == ("byok-a", "gpt-5")  # the first byok model that thinks
+    # The lists keep config order whatever the default.
+    assert [m.model_id for m in agent.GetUsableModelsResponse.parse(usable.content).models] == [
+        "byok-a",
+        "gpt-5",
+    ]

@@ -381,6 +381,12 @@ def test_model_list_flags_and_placement(tmp_path: Path) -> None:
     assert cfg.models_list == ModelsListConfig(placement="last")
 
 
+def test_models_list_default(tmp_path: Path) -> None:
+    text = MINIMAL_PROVIDER + MODEL.format(id="a") + MODEL.format(id="b") + '[models_list]\ndefault = "b"\n'
+    cfg = load_config(write(tmp_path, text), overrides={})
+    assert cfg.models_list == ModelsListConfig(placement="first", default="b")
+
+
 def test_models_list_and_proxy_defaults(tmp_path: Path) -> None:
     cfg = load_config(write(tmp_path, ""), overrides={})
     assert cfg.models_list.placement == "first"
@@ -402,7 +408,16 @@ def test_proxy_section(tmp_path: Path) -> None:
             '[models_list]\nplacement = "middle"',
             "models_list.placement: expected one of: first, last, got 'middle'",
         ),
-        ("[models_list]\norder = 1", "models_list.order: unknown key (allowed: placement)"),
+        ("[models_list]\norder = 1", "models_list.order: unknown key (allowed: placement, default)"),
+        (
+            MINIMAL_PROVIDER + MODEL.format(id="m") + '[models_list]\ndefault = "gpt-5"',
+            "models_list.default: unknown model 'gpt-5' (enabled: m)",
+        ),
+        (
+            MINIMAL_PROVIDER + MODEL.format(id="m") + 'enabled = false\n[models_list]\ndefault = "m"',
+            "models_list.default: model 'm' has enabled = false",
+        ),
+        ("[models_list]\ndefault = 1", "models_list.default: expected string, got integer"),
         ("[proxy]\nenabled = 1", "proxy.enabled: expected boolean, got integer"),
         ("[proxy]\nport = 70000", "proxy.port: port must be between 0 and 65535, got 70000"),
         ('[proxy]\nintercept = "*.cursor.sh"', "proxy.intercept: expected array of strings, got string"),

@@ -6,6 +6,8 @@
 __all__ = (
     "ActiveCreditGrant",
     "ApiKeyCredentials",
+    "AvailableCppModelsRequest",
+    "AvailableCppModelsResponse",
     "AvailableDocsResponse",
     "AvailableModelsRequest",
     "AvailableModelsResponse",
@@ -562,6 +564,28 @@ class ApiKeyCredentials(betterproto2.Message):
 
 
 default_message_pool.register_message("aiserver.v1", "ApiKeyCredentials", ApiKeyCredentials)
+
+
+@dataclass(eq=False, repr=False)
+class AvailableCppModelsRequest(betterproto2.Message):
+    """
+    aiserver.v1.CppService/AvailableModels: the cursor-agent CLI asks it for its model list.
+    """
+
+    pass
+
+
+default_message_pool.register_message("aiserver.v1", "AvailableCppModelsRequest", AvailableCppModelsRequest)
+
+
+@dataclass(eq=False, repr=False)
+class AvailableCppModelsResponse(betterproto2.Message):
+    models: "list[str]" = betterproto2.field(1, betterproto2.TYPE_STRING, repeated=True)
+
+    default_model: "str | None" = betterproto2.field(2, betterproto2.TYPE_STRING, optional=True)
+
+
+default_message_pool.register_message("aiserver.v1", "AvailableCppModelsResponse", AvailableCppModelsResponse)
 
 
 @dataclass(eq=False, repr=False)
