@@ -3,6 +3,8 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# `make run` needs only byok's runtime dependencies; the test and dev extras come with `make test`.
+RUN_STAMP := $(VENV)/.installed-run
 
 .PHONY: run test proto bench lint clean
 
@@ -10,14 +12,22 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
+$(RUN_STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/pip install -q -e .
+	touch $(RUN_STAMP)
+
 $(STAMP): $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q -e '.[test,dev]'
-	touch $(STAMP)
+	touch $(STAMP) $(RUN_STAMP)
 
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(BIN)/byok serve
 
+# tests/integration/test_service.py checks the systemd unit `byok service install` writes with
+# systemd-analyze (Debian's systemd package); installed here when apt-get can.
 test: $(STAMP)
+	command -v systemd-analyze >/dev/null || { command -v apt-get >/dev/null && \
+		apt-get update -q && apt-get install -y -q --no-install-recommends systemd; } || true
 	$(BIN)/ruff check byok tests tools
 	$(BIN)/python -m pytest -q tests --ignore=tests/bench
 

@@ -1,155 +1,27 @@
-"""Command line: `byok serve`, `byok simulate`."""
+"""Command line: the parser, and the small commands (the others are in byok/commands/)."""
 
 from __future__ import annotations
 
 import argparse
-import gc
 import hashlib
-import logging
-import os
-import signal
 import sys
-import uuid
-from collections.abc import Callable
 from pathlib import Path
 
-import attrs
-import trio
-
-from byok.allocator import tune_allocator
-from byok.config import Config, ConfigError
-from byok.config_load import load_config
-from byok.exception_groups import sole
-from byok.run.upkeep import FULL_COLLECTIONS_OFF
-
-DEFAULT_CONFIG = Path("~/.config/byok/config.toml")
-
-
-def _config_path(arg: str | None) -> Path | None:
-    if arg:
-        return Path(arg)
-    env = os.environ.get("BYOK_CONFIG")
-    if env:
-        return Path(env)
-    default = DEFAULT_CONFIG.expanduser()
-    return default if default.exists() else None
-
-
-def _load(args: argparse.Namespace) -> Config:
-    overrides = {
-        k: v
-        for k, v in {"host": args.host, "port": args.port, "data_dir": args.data_dir}.items()
-        if v is not None
-    }
-    return load_config(_config_path(args.config), overrides=overrides)
-
-
-def cmd_serve(args: argparse.Namespace) -> int:
-    try:
-        config = _load(args)
-    except ConfigError as e:
-        print(f"byok: {e}", file=sys.stderr)
-        return 2
-    if args.proxy:
-        config = attrs.evolve(config, proxy=attrs.evolve(config.proxy, enabled=True))
-    tune_allocator()
-    logging.basicConfig(
-        level=os.environ.get("BYOK_LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    if logging.getLogger().level > logging.DEBUG:
-        # httpx logs every request at INFO: each provider call and each request relayed to Cursor's
-        # backend (hundreds an hour), with its whole URL. byok logs what goes wrong itself.
-        logging.getLogger("httpx").setLevel(logging.WARNING)
-
-    async def main() -> None:
-        log = logging.getLogger("byok")
-        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async with trio.open_nursery() as nursery:
-                started = await nursery.start(_daemon_task, config, nursery.cancel_scope)
-                stop: Callable[[], None] | None = started[1]
-                # Everything loaded so far (modules, thousands of generated protobuf classes,
-                # prompts, the server) lives as long as the process: keep the cyclic GC from
-                # scanning it again in every full collection (a 57 ms pause mid-turn, measured).
-                gc.collect()
-                gc.freeze()
-                # A full collection scans every tracked object (21-52 ms with a few histories
-                # loaded): the daemon runs them between runs instead (run/upkeep.py).
-                gc.set_threshold(*FULL_COLLECTIONS_OFF)
-                async for signum in signals:
-                    if stop is None:
-                        log.info("second signal: cancelling now")
-                        nursery.cancel_scope.cancel()
-                        break
-                    log.info("received %s: graceful shutdown", signal.Signals(signum).name)
-                    stop()
-                    stop = None
-
-    from byok.daemon import StartupError
-
-    try:
-        trio.run(main)
-    except KeyboardInterrupt:
-        return 0
-    except BaseExceptionGroup as group:  # the nurseries wrap what the daemon raised
-        startup = sole(group, StartupError)
-        if startup is None:
-            raise
-        print(f"byok: {startup}", file=sys.stderr)
-        return 1
-    return 0
-
-
-async def _daemon_task(
-    config: Config,
-    done: trio.CancelScope,
-    task_status: trio.TaskStatus[tuple[str, Callable[[], None]]] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    from byok.daemon import run_daemon
-
-    await run_daemon(config, task_status=task_status)
-    done.cancel()  # the daemon has shut down: stop waiting for signals
-
-
-def cmd_simulate(args: argparse.Namespace) -> int:
-    import httpx
-
-    from byok.devtools.cursor_sim import CursorSim, user_turn
-
-    async def main() -> int:
-        async with httpx.AsyncClient(timeout=None) as client:
-            sim = CursorSim(args.url, client)
-            request = user_turn(
-                args.prompt,
-                conversation_id=args.conversation or str(uuid.uuid4()),
-                model_id=args.model,
-                message_id=str(uuid.uuid4()),
-            )
-            tr = await sim.run(str(uuid.uuid4()), request)
-        for rec in tr.frames:
-            print(rec.kind)
-        print("text:", tr.text())
-        print("end-stream:", tr.end_stream)
-        return 1 if tr.error else 0
-
-    try:
-        return trio.run(main)
-    except BaseExceptionGroup as group:  # the simulator's task group wraps what it raised
-        unreachable = sole(group, httpx.TransportError)
-        if unreachable is None:
-            raise
-        print(f"byok: cannot reach a daemon at {args.url}: {unreachable}", file=sys.stderr)
-        return 1
+from byok.commands.config_args import load_from_args
+from byok.commands.serve import EXIT_CONFIG, cmd_serve
+from byok.config import ConfigError
+from byok.log_setup import LEVELS
+from byok.version import byok_version
 
 
 def cmd_cursor_command(args: argparse.Namespace) -> int:
     from byok.cursor_setup import cursor_command_text, local_url
 
     try:
-        config = _load(args)
+        config = load_from_args(args)
     except ConfigError as e:
         print(f"byok: {e}", file=sys.stderr)
-        return 2
+        return EXIT_CONFIG
     print(cursor_command_text(local_url(config.server.host, config.server.port)), end="")
     return 0
 
@@ -159,10 +31,10 @@ def cmd_ca_install(args: argparse.Namespace) -> int:
     from byok.http.ca import LocalCA
 
     try:
-        config = _load(args)
+        config = load_from_args(args)
     except ConfigError as e:
         print(f"byok: {e}", file=sys.stderr)
-        return 2
+        return EXIT_CONFIG
     ca = LocalCA.load_or_create(config.server.data_dir)
     print(ca_install_text(ca.cert_path, local_url(config.proxy.host, config.proxy.port)), end="")
     return 0
@@ -196,36 +68,59 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 
 def _config_flags(p: argparse.ArgumentParser, *, listen: bool = True) -> None:
-    p.add_argument("--config", help="TOML config file (default: $BYOK_CONFIG or ~/.config/byok/config.toml)")
-    p.add_argument("--data-dir")
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="TOML config file (default: $BYOK_CONFIG, else ~/.config/byok/config.toml when it exists, "
+        "else built-in defaults)",
+    )
+    p.add_argument(
+        "--data-dir", metavar="DIR", help="where byok keeps its database (overrides [server] data_dir)"
+    )
     if listen:
-        p.add_argument("--host")
-        p.add_argument("--port", type=int)
+        p.add_argument("--host", help="listen address (overrides [server] host; loopback only)")
+        p.add_argument("--port", type=int, help="listen port (overrides [server] port; 0 picks a free one)")
     else:
         p.set_defaults(host=None, port=None)
 
 
+def _env_file_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--env-file",
+        metavar="FILE",
+        help="KEY=value file with the keys api_key_env names, read at start and on SIGHUP "
+        "(default: $BYOK_ENV_FILE, else ~/.config/byok/env when it exists)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="byok", description="Run Cursor's agent on your own LLM account.")
-    sub = p.add_subparsers(dest="command", required=True)
+    p.add_argument("--version", action="version", version=f"byok {byok_version()}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve = sub.add_parser("serve", help="run the daemon")
     _config_flags(serve)
+    _env_file_flag(serve)
     serve.add_argument("--proxy", action="store_true", help="also listen as an HTTPS proxy with byok's CA")
+    serve.add_argument(
+        "--log-level",
+        metavar="LEVEL",
+        help=f"{', '.join(LEVELS)} (any case; default: $BYOK_LOG_LEVEL, else info)",
+    )
     serve.set_defaults(func=cmd_serve)
     cc = sub.add_parser("cursor-command", help="print the command that starts Cursor with byok as backend")
     _config_flags(cc)
     cc.set_defaults(func=cmd_cursor_command)
     ca = sub.add_parser("ca", help="byok's local certificate authority (proxy mode)")
-    ca_sub = ca.add_subparsers(dest="ca_command", required=True)
+    ca_sub = ca.add_subparsers(dest="ca_command", required=True, metavar="COMMAND")
     install = ca_sub.add_parser("install", help="print (not run) the commands that trust byok's CA")
     _config_flags(install, listen=False)
     install.set_defaults(func=cmd_ca_install)
     sim = sub.add_parser("simulate", help="drive one agent turn against a running daemon, like Cursor would")
-    sim.add_argument("prompt")
-    sim.add_argument("--url", default="http://127.0.0.1:8790")
-    sim.add_argument("--model", required=True)
-    sim.add_argument("--conversation")
-    sim.set_defaults(func=cmd_simulate)
+    sim.add_argument("prompt", help="the message to send")
+    sim.add_argument("--url", default="http://127.0.0.1:8790", help="the daemon's address")
+    sim.add_argument("--model", required=True, help="the model id to run")
+    sim.add_argument("--conversation", help="continue this conversation id (default: a new one)")
+    sim.set_defaults(func=_simulate)
     rp = sub.add_parser(
         "replay", help="run a recorded run again from its input log ([logging] record_runs) and compare"
     )
@@ -233,6 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--bodies", action="store_true", help="also print each provider request's body")
     rp.set_defaults(func=cmd_replay)
     return p
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from byok.commands.simulate import cmd_simulate
+
+    return cmd_simulate(args)
 
 
 def main(argv: list[str] | None = None) -> int:

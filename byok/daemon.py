@@ -40,7 +40,9 @@ from byok.run.upkeep import (
     tidy,
     until_quiet,
 )
+from byok.startup_summary import summary
 from byok.store import AsyncStore, StoreError
+from byok.version import byok_version
 
 log = logging.getLogger("byok")
 
@@ -179,8 +181,8 @@ async def run_daemon(
                 base_url, stop_server = await serve_app(
                     app, host=config.server.host, port=config.server.port, nursery=nursery
                 )
-            log.info("byok listening on %s (data dir %s)", base_url, config.server.data_dir)
             stop_proxy: Callable[[], None] | None = None
+            proxy_line: str | None = None
             if config.proxy.enabled:
                 with _starting(f"load or create the proxy's CA in {config.server.data_dir}"):
                     ca = LocalCA.load_or_create(config.server.data_dir)
@@ -193,7 +195,10 @@ async def run_daemon(
                         ca=ca,
                         nursery=nursery,
                     )
-                log.info("byok HTTPS proxy listening on %s (CA %s)", proxy_url, ca.cert_path)
+                proxy_line = f"{proxy_url} (CA {ca.cert_path})"
+            log.info(
+                "%s", summary(config, base_url, pid=os.getpid(), version=byok_version(), proxy=proxy_line)
+            )
             stop = trio.Event()
             task_status.started((base_url, stop.set))
             await stop.wait()

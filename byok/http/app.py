@@ -92,7 +92,8 @@ class App:
             elif path == BIDI_APPEND and method == "POST":
                 await self.appends.handle(scope, receive, send)
             elif path == HEALTHZ and method == "GET":
-                await respond_json(send, 200, {"status": "ok", "models": [m.id for m in self.config.models]})
+                served = [m.id for m in self.config.enabled_models()]
+                await respond_json(send, 200, {"status": "ok", "models": served})
             elif self.model_list is not None and await self.model_list.handle(scope, receive, send):
                 pass
             elif self.offline is not None and self.offline.matches(scope) and not await self._upstream_ok():

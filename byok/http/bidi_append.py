@@ -32,6 +32,7 @@ from byok.http.wire_check import well_typed
 from byok.pb.agent import v1 as agent
 from byok.pb.aiserver import v1 as aiserver
 from byok.run.bidi_order import OrderBufferFull
+from byok.run.service import not_served
 from byok.run.slot import RunRegistry, RunSlot
 
 log = logging.getLogger("byok.http")
@@ -145,11 +146,8 @@ class BidiAppends:
             and not self._is_local_model(requested_model_id(msg.run_request))
         ):
             # An official (or unknown) model: the whole run goes to upstream, unchanged.
-            log.info(
-                "request %s: model %r is not a byok model, relaying the run",
-                rid,
-                requested_model_id(msg.run_request),
-            )
+            why = not_served(self.config, requested_model_id(msg.run_request))
+            log.info("request %s: %s: relaying the run to Cursor's backend", rid, why)
             slot.decide("relay")
             await self.forward(scope, replay_receive(body, receive), send)
             return

@@ -35,6 +35,15 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 server_log = logging.getLogger("byok.http.server")
 
+
+def _not_running_on(record: logging.LogRecord) -> bool:
+    # hypercorn announces each bind ("Running on http://... (CTRL + C to quit)"); the daemon's
+    # start-up summary already says where it listens.
+    return not str(record.msg).startswith("Running on ")
+
+
+server_log.addFilter(_not_running_on)
+
 _H2_REFUSED = b"HTTP/2 is disabled on this server\n"
 
 

@@ -39,3 +39,5 @@ class RunContext:
     prior_turns: tuple[bytes, ...] = ()
     turn: TurnRecord = attrs.field(default=None)  # the turn as it stood when the run started
     outcome: Outcome | None = None
+    # trio time the first provider events reached the turn (the run's end line reports TTFT).
+    first_output_at: float | None = None

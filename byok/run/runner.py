@@ -34,6 +34,7 @@ from byok.run.context import RunContext
 from byok.run.conversation import ConversationSupervisor
 from byok.run.deps import RunDeps
 from byok.run.driver import Driver
+from byok.run.end_line import end_level, end_line
 from byok.run.inbox_pump import pump_inbox
 from byok.run.kv import KvLink
 from byok.run.run_log import RunLog, run_log_path
@@ -74,6 +75,7 @@ class Run:
         self._row = "unwritten"
         self.effects: TurnEffects | None = None
         self.log: RunLog | None = None  # the run's input log, from its Begin on (record_runs)
+        self._started_at = 0.0  # trio time run() began
 
     def _open_log(self) -> None:
         """From here on every input, client message and frame is logged (run/run_log.py)."""
@@ -94,6 +96,7 @@ class Run:
     async def run(self, scope: trio.CancelScope) -> None:
         """Run to one terminal state: success, error or canceled — written once, EndStream last."""
         c = self.ctx
+        self._started_at = trio.current_time()
         with scope:
             try:
                 async with trio.open_nursery() as nursery:
@@ -141,6 +144,7 @@ class Run:
             if isinstance(outcome, Canceled)
             else "error"
         )
+        self._log_end(outcome)
         with trio.CancelScope(shield=True):
             if self._row == "foreign":
                 return
@@ -155,6 +159,15 @@ class Run:
         # The slot lingers for a reconnecting RunSSE: it must not keep the finished run (its
         # history, its turn's cards) alive through these hooks.
         self.ctx.slot.on_reattach = self.ctx.slot.tap = None
+
+    def _log_end(self, outcome: Outcome) -> None:
+        c, now = self.ctx, trio.current_time()
+        st, usage = c.start, self.driver.state.usage if self.driver is not None else None
+        ttft = None if c.first_output_at is None else c.first_output_at - self._started_at
+        line = end_line(
+            st.request_id, st.conversation_id, st.model_id, outcome, usage, ttft, now - self._started_at
+        )
+        log.log(end_level(outcome), "%s", line)
 
     async def _record_end(self, status: str, error: Failed | None) -> None:
         c, store = self.ctx, self.ctx.deps.store

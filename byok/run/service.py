@@ -29,6 +29,14 @@ log = logging.getLogger("byok.run")
 SLOT_LINGER_S = 120.0
 
 
+def not_served(config: Config, model_id: str) -> str:
+    """Why byok does not run ``model_id``, and which ids it does run."""
+    model = config.model(model_id)
+    why = "is disabled (enabled = false)" if model is not None else "is not configured"
+    served = ", ".join(repr(m.id) for m in config.enabled_models()) or "none: no model is configured"
+    return f"model {model_id!r} {why} in byok; it serves: {served}"
+
+
 class RunService:
     def __init__(self, *, config: Config, deps: RunDeps, nursery: trio.Nursery) -> None:
         self.config = config
@@ -51,10 +59,12 @@ class RunService:
             if not self.accepting:
                 raise RunRequestError("unavailable", "byok is shutting down")
             start = parse()
-            if self.config.model(start.model_id) is None:
-                raise RunRequestError("not_found", f"model {start.model_id!r} is not configured in byok")
+            model = self.config.model(start.model_id)
+            if model is None or not model.enabled:
+                raise RunRequestError("not_found", not_served(self.config, start.model_id))
         except RunRequestError as e:
             failure = Failed(e.code, e.message)
+            log.warning("request %s not started: %s: %s", slot.request_id, e.code, e.message)
             self.refuse(slot, failure)
             return failure
         slot.run_started = True

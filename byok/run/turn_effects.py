@@ -179,8 +179,6 @@ class TurnEffects:
         c.outcome = end.outcome
         if not isinstance(end.outcome, Succeeded):
             c.router.abort_all()
-        if isinstance(end.outcome, Failed):
-            log.error("run %s ended with %s: %s", c.start.request_id, end.outcome.code, end.outcome.message)
         c.slot.close(end.outcome)
         self.ended.set()
 
@@ -215,7 +213,10 @@ class TurnEffects:
         async def on_events(events: list[ev.ModelEvent]) -> None:
             if gate is not None:
                 await gate.wait()
-            await driver.feed(ModelEvents(tuple(events), trio.current_time()))
+            now = trio.current_time()
+            if c.first_output_at is None:
+                c.first_output_at = now
+            await driver.feed(ModelEvents(tuple(events), now))
 
         async def on_end() -> None:
             if gate is not None:

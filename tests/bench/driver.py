@@ -376,7 +376,7 @@ async def child_daemon(
     url = await provider.start(nursery)
     cfg, data_dir = _config(root, url, idle_release_s)
     log_path = root / "daemon.log"
-    env = {**os.environ, "BYOK_LOG_LEVEL": "INFO"}  # the default level; no per-run INFO lines
+    env = {**os.environ, "BYOK_LOG_LEVEL": "INFO"}  # the default level: one line per run
     with open(log_path, "wb") as log_file:
         start = ["-m", "byok"] if slot_linger_s is None else ["-c", _LINGER_SERVE, str(slot_linger_s)]
         proc = await trio.lowlevel.open_process(

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -14,6 +17,7 @@ import trio
 
 from tests.integration.conftest import write_config
 from tests.support.fake_provider import FakeProvider, chat_text_script
+from tests.support.serve_process import byok_cmd, serve_process
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -130,7 +134,71 @@ async def test_serve_and_simulate_as_subprocesses(tmp_path: Path, nursery: trio.
             code = await daemon.wait()
     assert code == 0
     assert (tmp_path / "data" / "byok.sqlite3").exists()
-    # The service's log at its default level: the start and the stop, not a line per request.
+    # The service's log at its default level: the start, a line per run and the stop, not a
+    # line per request.
     text = log.read_text()
-    assert f"byok listening on http://127.0.0.1:{port}" in text
-    assert "HTTP Request" not in text and url not in text, text
+    assert text.count("listening on") == 1 and "Running on" not in text, text
+    assert f"byok listening on http://127.0.0.1:{port} (version " in text
+    assert f"config: {cfg}" in text and "models: byok-demo (fake/gpt-test)" in text
+    assert f"data dir: {tmp_path / 'data'}" in text and "no model to serve" not in text
+    assert "HTTP Request" not in text and url not in text.split("providers: ")[1].split("\n", 1)[1], text
+    end = re.search(r"INFO byok.run: run (\S+) \(conversation \S+, model byok-demo\): ok; (.*)", text)
+    assert end is not None, text
+    assert re.fullmatch(r"tokens in [\d,]+ \(\d+% cached\), out [\d,]+; TTFT \d+\.\d\ds; \d+\.\d\ds", end[2])
+
+
+def test_version() -> None:
+    from byok.version import byok_version
+
+    result = byok("--version")
+    assert result.returncode == 0 and result.stdout == f"byok {byok_version()}\n"
+    assert byok_version()[0].isdigit()
+
+
+def test_every_flag_has_help() -> None:
+    from byok.cli import build_parser
+
+    def walk(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.Action]]:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from ((f"{name} {n}", a) for n, a in walk(sub))
+            else:
+                yield parser.prog, action
+
+    missing = [f"{where}: {a.option_strings or a.dest}" for where, a in walk(build_parser()) if not a.help]
+    assert not missing
+
+
+def test_a_bad_log_level_is_one_line(tmp_path: Path) -> None:
+    for args, env, where in [
+        (["--log-level", "loud"], {}, "--log-level: unknown log level 'loud'"),
+        ([], {"BYOK_LOG_LEVEL": "verbose"}, "BYOK_LOG_LEVEL: unknown log level 'verbose'"),
+    ]:
+        result = byok_cmd(
+            "serve", "--data-dir", str(tmp_path / "d"), "--port", "0", *args, home=tmp_path, **env
+        )
+        assert result.returncode == 2, result.stderr
+        assert result.stderr == f"byok: {where} (expected one of: debug, info, warning, error)\n"
+
+
+async def test_without_a_config_the_summary_says_what_to_do(tmp_path: Path) -> None:
+    """No config anywhere: the daemon still starts (relaying everything), and its summary says so
+    and what to do. BYOK_LOG_LEVEL is read in any case."""
+    data = tmp_path / "data"
+    log = tmp_path / "daemon.log"
+    async with serve_process(
+        "--data-dir", str(data), "--port", "0", home=tmp_path, log=log, BYOK_LOG_LEVEL="Info"
+    ) as served:
+        assert await served.stop(signal.SIGINT) == 0
+    text = served.text()
+    summary = text[text.index("byok listening on") :].splitlines()[:6]
+    assert summary[1:] == [
+        "  config: no config: built-in defaults",
+        "  providers: none",
+        "  models: none",
+        f"  data dir: {data}",
+        "  no model to serve: add a [[providers]] and a [[models]] entry to ~/.config/byok/config.toml "
+        "(docs/config.md), then `byok doctor` to check it and SIGHUP (or a restart) to load it",
+    ], text
+    assert "Traceback" not in text
