@@ -38,9 +38,23 @@ class ExecControl:
     message: agent.ExecClientControlMessage
 
 
+@attrs.frozen(eq=False)
+class InteractionAnswer:
+    response: agent.InteractionResponse  # routed by cursor.exec_router, by interaction id
+
+
 @attrs.frozen
 class CancelRequested:
     pass
+
+
+@attrs.frozen(eq=False)
+class ActionArrived:
+    """A conversation action other than cancel sent into a live run (a user message mid-run, a
+    shell command beside it): the run decides what it means."""
+
+    name: str
+    action: agent.ConversationAction
 
 
 @attrs.frozen
@@ -48,7 +62,16 @@ class Unhandled:
     name: str  # the oneof variant (or "" for none)
 
 
-ClientEvent = Heartbeat | KvAnswer | ExecAnswer | ExecControl | CancelRequested | Unhandled
+ClientEvent = (
+    Heartbeat
+    | KvAnswer
+    | ExecAnswer
+    | ExecControl
+    | InteractionAnswer
+    | CancelRequested
+    | ActionArrived
+    | Unhandled
+)
 
 
 def kv_answer(msg: agent.KvClientMessage) -> KvAnswer:
@@ -74,8 +97,14 @@ def decode(msg: agent.AgentClientMessage) -> ClientEvent:
         return ExecAnswer(value)
     if name == "exec_client_control_message":
         return ExecControl(value)
-    if name == "conversation_action" and value.cancel_action is not None:
-        return CancelRequested()
+    if name == "interaction_response":
+        return InteractionAnswer(value)
+    if name == "conversation_action":
+        if value.cancel_action is not None:
+            return CancelRequested()
+        action, _ = betterproto2.which_one_of(value, "action")
+        if action:
+            return ActionArrived(action, value)
     return Unhandled(name)
 
 

@@ -1,11 +1,12 @@
-"""A tool round against the client (sans-IO): dispatch each call, route the client's results by
-Exec id.
+"""A tool round against the client (sans-IO): dispatch each call, route the client's answers by
+Exec id and by interaction id.
 
-``ExecRouter`` is per Run: Exec ids are a uint32 counter for the whole run (Cursor numbers
-them per request), results are matched by id only, and ids of finished execs are
-remembered so a late or repeated result/close/throw is ignored idempotently. It is fed
+``ExecRouter`` is per Run: Exec ids and InteractionQuery ids are two uint32 counters for the
+whole run (Cursor numbers them per request), answers are matched by id only, and ids of finished
+calls are remembered so a late or repeated answer is ignored idempotently. It is fed
 synchronously by the run's inbox pump and hands each finished outcome to ``on_done`` (the
-turn machine), which commits them in completion order.
+turn machine), which commits them in completion order. Server work (``StartWork``) goes to
+``on_work`` and comes back through ``work_done``; turn notes go to ``on_note``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ from byok.cursor.tools.base import (
     Execution,
     Finish,
     Invocation,
+    Note,
     SendExec,
+    SendQuery,
+    StartWork,
     ToolArgError,
     ToolDef,
     ToolOutcome,
@@ -36,15 +40,27 @@ log = logging.getLogger("byok.tools")
 
 class ExecRouter:
     def __init__(
-        self, send: Callable[[bytes], None], request_id: str, on_done: Callable[[str, ToolOutcome], None]
+        self,
+        send: Callable[[bytes], None],
+        request_id: str,
+        on_done: Callable[[str, ToolOutcome], None],
+        *,
+        on_work: Callable[[str, object], None] | None = None,
+        on_note: Callable[[str, object], None] | None = None,
     ) -> None:
         self._send = send
         self._request_id = request_id
         self._next_id = 1
         self._pending: dict[int, tuple[str, Execution]] = {}  # exec id -> (call id, execution)
         self._finished: set[int] = set()
+        self._next_query = 1
+        self._queries: dict[int, str] = {}  # interaction id -> call id
+        self._answered: set[int] = set()
         self._on_done = on_done  # (call id, outcome), in the order calls finish
+        self._on_work = on_work  # (call id, work): the run performs it, then calls work_done
+        self._on_note = on_note  # (call id, note): the run makes it a turn input
         self._calls: dict[str, tuple[Execution, str]] = {}  # call id -> (execution, model_call_id)
+        self._working: set[str] = set()  # call ids whose server work is under way
 
     # --- dispatch -----------------------------------------------------------------------
     def begin(self, call_id: str, model_call_id: str, execution: Execution) -> None:
@@ -70,6 +86,20 @@ class ExecRouter:
                         self._finished.add(old)
                 self._pending[exec_id] = (call_id, execution)
                 self._send(tool_frames.exec_request(msg))
+            elif isinstance(action, SendQuery):
+                query_id = self._next_query
+                self._next_query += 1
+                action.query.id = query_id
+                self._queries[query_id] = call_id
+                self._send(tool_frames.interaction_query(action.query))
+            elif isinstance(action, StartWork):
+                if self._on_work is None:
+                    raise AssertionError("a tool asked for server work the run does not do")
+                self._working.add(call_id)
+                self._on_work(call_id, action.work)
+            elif isinstance(action, Note):
+                if self._on_note is not None:
+                    self._on_note(call_id, action.note)
             elif isinstance(action, Update):
                 u = action.update
                 if u.tool_call_delta is not None:
@@ -81,6 +111,12 @@ class ExecRouter:
                     if cid == call_id:
                         del self._pending[old]
                         self._finished.add(old)
+                for qid, cid in list(self._queries.items()):
+                    if cid == call_id:
+                        del self._queries[qid]
+                        self._answered.add(qid)
+                self._working.discard(call_id)
+                del self._calls[call_id]
                 self._on_done(call_id, action.outcome)
 
     # --- client messages ------------------------------------------------------------------
@@ -107,21 +143,44 @@ class ExecRouter:
         elif name == "throw":
             self._perform(call_id, execution.on_throw(value.error))
 
+    def on_interaction(self, response: agent.InteractionResponse) -> None:
+        call_id = self._queries.pop(response.id, None)
+        if call_id is None:
+            what = "repeated" if response.id in self._answered else "unknown"
+            log.info("request %s: ignoring %s interaction answer id %s", self._request_id, what, response.id)
+            return
+        self._answered.add(response.id)
+        execution = self._calls[call_id][0]
+        self._perform(call_id, execution.on_answer(response))  # type: ignore[attr-defined]
+
+    def work_done(self, call_id: str, result: object) -> None:
+        """The server work a call asked for finished (or failed: ``result`` says which)."""
+        if call_id not in self._working:
+            return  # the call was aborted meanwhile
+        self._working.discard(call_id)
+        execution = self._calls[call_id][0]
+        self._perform(call_id, execution.on_work(result))  # type: ignore[attr-defined]
+
     def _stale(self, what: str, exec_id: int) -> None:
         log.info(
             "request %s: ignoring %s for unknown or finished exec id %s", self._request_id, what, exec_id
         )
 
     def abort_all(self) -> None:
-        """Tell the client to stop every exec still running (cancel, error, preemption)."""
+        """Tell the client to stop every exec still running (cancel, error, preemption). Open
+        queries and server work are dropped: their answers, if any, are ignored."""
         for exec_id in sorted(self._pending):
             self._send(tool_frames.exec_abort(exec_id))
             self._finished.add(exec_id)
         self._pending.clear()
+        self._answered.update(self._queries)
+        self._queries.clear()
+        self._working.clear()
+        self._calls.clear()
 
     @property
     def running(self) -> int:
-        return len(self._pending)
+        return len(self._pending) + len(self._queries) + len(self._working)
 
 
 def dispatch(
@@ -131,6 +190,7 @@ def dispatch(
     model_call_id: str,
     calls: tuple[ToolCall, ...],
     refused: Mapping[str, str],
+    env: object = None,
 ) -> None:
     """Start every call of a round, in the model's order: a refused one (a tool the run did not
     offer) and one with unusable arguments finish at once with an error, never executed."""
@@ -156,5 +216,5 @@ def dispatch(
             router.finish_now(call.call_id, outcome)
             continue
         send(tool_frames.started(call.call_id, tool.tool_call(tool.ui(args)), model_call_id))
-        invocation = Invocation(call.call_id, call.name, model_call_id, args)
+        invocation = Invocation(call.call_id, call.name, model_call_id, args, env)
         router.begin(call.call_id, model_call_id, tool.execute(invocation))

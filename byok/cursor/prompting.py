@@ -119,6 +119,14 @@ def mode_name(mode: agent.AgentMode) -> str:
     return _MODE_NAMES.get(mode, "agent")
 
 
+def mode_value(name: str) -> agent.AgentMode:
+    """The AgentMode a checkpoint records for a mode the run switched to by name."""
+    for value, mode in _MODE_NAMES.items():
+        if mode == name and value != agent.AgentMode.UNSPECIFIED:
+            return value
+    raise ValueError(f"no AgentMode for mode {name!r}")
+
+
 # ---------------------------------------------------------------------------------------------
 # Rendering helpers. Each returns "" when there is nothing to say, so empty sections vanish.
 

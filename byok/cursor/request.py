@@ -28,6 +28,8 @@ class RunStart:
     mode: agent.AgentMode
     client_state: agent.ConversationStateStructure | None
     completions: tuple[agent.BackgroundTaskCompletion, ...] = ()
+    conversation_group_id: str = ""  # the root conversation of a subagent tree ("" for a root)
+    mcp_tools: agent.McpTools | None = None  # MCP tools the client announced in the run request
 
 
 def requested_model_id(req: agent.AgentRunRequest) -> str:
@@ -84,6 +86,8 @@ def parse_run_request(request_id: str, req: agent.AgentRunRequest) -> RunStart:
         mode=mode,
         client_state=req.conversation_state,
         completions=completions,
+        conversation_group_id=req.conversation_group_id or "",
+        mcp_tools=req.mcp_tools,
     )
 
 
@@ -103,6 +107,8 @@ def encode_start(st: RunStart) -> dict[str, object]:
         "mode": int(st.mode),
         "client_state": hexed(st.client_state),
         "completions": [bytes(c).hex() for c in st.completions],
+        "conversation_group_id": st.conversation_group_id,
+        "mcp_tools": hexed(st.mcp_tools),
     }
 
 
@@ -122,4 +128,6 @@ def decode_start(obj: dict[str, object]) -> RunStart:
         mode=agent.AgentMode(int(obj["mode"])),  # type: ignore[call-overload]
         client_state=parsed(agent.ConversationStateStructure, obj["client_state"]),  # type: ignore[arg-type]
         completions=tuple(agent.BackgroundTaskCompletion().parse(bytes.fromhex(c)) for c in completions),
+        conversation_group_id=str(obj.get("conversation_group_id") or ""),
+        mcp_tools=parsed(agent.McpTools, obj.get("mcp_tools")),  # type: ignore[arg-type]
     )

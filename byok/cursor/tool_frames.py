@@ -50,3 +50,7 @@ def exec_abort(exec_id: int) -> bytes:
             )
         )
     )
+
+
+def interaction_query(query: agent.InteractionQuery) -> bytes:
+    return bytes(agent.AgentServerMessage(interaction_query=query))

@@ -45,6 +45,7 @@ from byok.loop.turn_values import (
     ModelEnded,
     ModelEvents,
     ModelFailed,
+    ModeSwitched,
     Outcome,
     Publish,
     Published,
@@ -60,6 +61,7 @@ from byok.loop.turn_values import (
     ThinkingStep,
     ToolDone,
     ToolStep,
+    UseMode,
 )
 from byok.model.messages import Message
 from byok.model.usage import Usage
@@ -347,6 +349,19 @@ def _cancel(s: TurnState, _: Cancel) -> Result:
     return _end(s, Canceled())
 
 
+def _mode_switched(s: TurnState, switched: ModeSwitched) -> Result:
+    """The round's next model call offers the new mode's tools; what this round already
+    dispatched runs to its end (the switch does not refuse a call after the fact)."""
+    assert s.plan is not None
+    plan = replace(
+        s.plan,
+        mode=switched.mode,
+        offered=switched.offered,
+        carded=switched.offered & s.plan.known,
+    )
+    return replace(s, plan=plan), [UseMode(switched.mode)]
+
+
 def _ignore(s: TurnState, _: object) -> Result:
     return s, []
 
@@ -368,6 +383,7 @@ _INPUTS: tuple[type, ...] = (
     ModelEnded,
     ModelFailed,
     ToolDone,
+    ModeSwitched,
     Committed,
     Published,
     Fault,
@@ -384,6 +400,7 @@ TABLE: dict[tuple[Phase, type], Handler] = {
     ("round_publish", Published): _round_published,
     ("tools", ToolDone): _tool_done,
     ("tools", Committed): _result_committed,
+    ("tools", ModeSwitched): _mode_switched,
     ("final_commit", Committed): _final_committed,
     ("final_publish", Published): _final_published,
     # A result of an earlier round's call, arriving late: not this round's.

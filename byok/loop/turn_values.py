@@ -153,6 +153,15 @@ class ToolDone:
 
 
 @attrs.frozen
+class ModeSwitched:
+    """A tool of the round switched the conversation's mode (SwitchMode, approved): the turn's
+    next model call uses ``mode``'s prompt and ``offered`` tools."""
+
+    mode: str
+    offered: frozenset[str]
+
+
+@attrs.frozen
 class Committed:
     pass
 
@@ -174,7 +183,18 @@ class Cancel:
     pass
 
 
-Input = Begin | ModelEvents | ModelEnded | ModelFailed | ToolDone | Committed | Published | Fault | Cancel
+Input = (
+    Begin
+    | ModelEvents
+    | ModelEnded
+    | ModelFailed
+    | ToolDone
+    | ModeSwitched
+    | Committed
+    | Published
+    | Fault
+    | Cancel
+)
 
 # --- commands ----------------------------------------------------------------------------------
 
@@ -234,6 +254,13 @@ class RunTools:
 
 
 @attrs.frozen
+class UseMode:
+    """From the next model call on, use ``mode``'s prompt and tools (and record it in checkpoints)."""
+
+    mode: str
+
+
+@attrs.frozen
 class ShowToolDone:
     """A committed result's completed card."""
 
@@ -255,4 +282,6 @@ class End:
     usage: Usage | None
 
 
-Command = CallModel | Show | Flush | Commit | Publish | Reveal | RunTools | ShowToolDone | CallUsage | End
+Command = (
+    CallModel | Show | Flush | Commit | Publish | Reveal | RunTools | UseMode | ShowToolDone | CallUsage | End
+)

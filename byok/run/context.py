@@ -12,8 +12,10 @@ from byok.cursor.exec_router import ExecRouter
 from byok.cursor.prompting import ModeAssets
 from byok.cursor.request import RunStart
 from byok.cursor.token_details import TokenDetails
+from byok.cursor.tools.env import ToolEnv
 from byok.loop.turn_values import Outcome
 from byok.model.request import ToolSpec
+from byok.pb.agent import v1 as agent
 from byok.run.conversation import ConversationMemory
 from byok.run.deps import RunDeps
 from byok.run.kv import KvLink
@@ -35,6 +37,8 @@ class RunContext:
     assets: ModeAssets
     tool_specs: tuple[ToolSpec, ...]
     details: TokenDetails
+    tool_env: ToolEnv
+    agent_mode: agent.AgentMode  # the mode checkpoints record (a SwitchMode changes it)
     head: Head = attrs.field(default=None)  # set by the start point
     prior_turns: tuple[bytes, ...] = ()
     turn: TurnRecord = attrs.field(default=None)  # the turn as it stood when the run started

@@ -23,6 +23,7 @@ from byok.store import AsyncStore
 class ToolSetup:
     registry: Mapping[str, ToolDef]
     specs_by_mode: Mapping[str, tuple[ToolSpec, ...]]
+    backends: frozenset[str] = frozenset()  # server-side tool backends configured ("search", "images")
 
 
 @attrs.frozen

@@ -7,11 +7,13 @@ from collections.abc import Callable
 
 from byok.cursor import encode
 from byok.cursor.client_messages import (
+    ActionArrived,
     CancelRequested,
     ClientMessage,
     ExecAnswer,
     ExecControl,
     Heartbeat,
+    InteractionAnswer,
     KvAnswer,
     Unhandled,
     decode,
@@ -39,6 +41,10 @@ def route(msg: ClientMessage, slot: RunSlot, kv: KvLink, router: ExecRouter, dri
             router.on_exec_message(m)  # a finished call reaches the driver as ToolDone
         case ExecControl(message=m):
             router.on_control(m)
+        case InteractionAnswer(response=r):
+            router.on_interaction(r)
+        case ActionArrived(name=name):
+            log.warning("run %s: ignoring conversation action %s sent during the run", rid, name)
         case CancelRequested():
             log.info("run %s: cancelled by client", rid)
             driver.submit(Cancel(), derived=True)

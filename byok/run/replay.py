@@ -26,6 +26,7 @@ from byok.cursor.exec_router import ExecRouter
 from byok.cursor.prompting import ModeAssets
 from byok.cursor.request import decode_start
 from byok.cursor.token_details import decode_details
+from byok.cursor.tools.env import ToolEnv
 from byok.cursor.tools.registry import build_registry
 from byok.loop.input_codec import decode_input
 from byok.loop.model_call import ModelProtocolError
@@ -164,6 +165,15 @@ def _world(start: dict[str, Any]) -> tuple[ReplayEffects, Driver, FrameSink]:
         assets=ModeAssets(start["mode"], start["system"], ""),
         tool_specs=tools,
         details=decode_details(bytes.fromhex(start["details"])),
+        tool_env=ToolEnv(
+            request_id=st.request_id,
+            conversation_id=st.conversation_id,
+            root_conversation_id=st.conversation_group_id or st.conversation_id,
+            mode=start["mode"],
+            request_context=st.request_context,
+            backends=frozenset(start.get("backends", ())),
+        ),
+        agent_mode=st.mode,
         head=Head(
             h["conversation_id"],
             h["revision_id"],

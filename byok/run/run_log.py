@@ -75,6 +75,7 @@ def start_line(ctx: RunContext, kv_next_id: int) -> dict[str, Any]:
         },
         "context_tokens": c.model.context_tokens,
         "mode": c.mode,
+        "backends": sorted(c.tool_env.backends),
         "system": c.assets.system,
         "tools": [[t.name, t.description, t.parameters_json] for t in c.tool_specs],
         "head": {

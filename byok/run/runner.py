@@ -19,6 +19,7 @@ from byok.cursor.request import RunStart
 from byok.cursor.start_plan import first_step
 from byok.cursor.token_details import unmeasured
 from byok.cursor.tools.base import ToolOutcome
+from byok.cursor.tools.env import ToolEnv
 from byok.loop.turn_values import (
     Begin,
     Cancel,
@@ -40,7 +41,7 @@ from byok.run.kv import KvLink
 from byok.run.run_log import RunLog, run_log_path
 from byok.run.slot import RunSlot
 from byok.run.start_point import begin, runtime_message, start_point
-from byok.run.turn_effects import TurnEffects, tool_done
+from byok.run.turn_effects import TurnEffects, tool_done, tool_note
 from byok.store import RunExists, StoreError
 
 log = logging.getLogger("byok.run")
@@ -61,13 +62,22 @@ class Run:
             slot=slot,
             memory=memory,
             kv=KvLink(slot.send, memory.acked),
-            router=ExecRouter(slot.send, start.request_id, self._tool_done),
+            router=ExecRouter(slot.send, start.request_id, self._tool_done, on_note=self._tool_note),
             model=model,
             provider=provider,
             mode=mode,
             assets=deps.prompts[mode],
             tool_specs=deps.tools.specs_by_mode.get(mode, ()),
             details=unmeasured(model.context_tokens),
+            tool_env=ToolEnv(
+                request_id=start.request_id,
+                conversation_id=start.conversation_id,
+                root_conversation_id=start.conversation_group_id or start.conversation_id,
+                mode=mode,
+                request_context=start.request_context,
+                backends=deps.tools.backends,
+            ),
+            agent_mode=start.mode,
         )
         slot.on_reattach = self._resend_after_reconnect
         # "mine": the start point's first store trip wrote the run's row; "foreign": an earlier
@@ -91,6 +101,10 @@ class Run:
     def _tool_done(self, call_id: str, outcome: ToolOutcome) -> None:
         assert self.driver is not None
         self.driver.submit(tool_done(call_id, outcome), derived=True)
+
+    def _tool_note(self, call_id: str, note: object) -> None:
+        assert self.driver is not None
+        self.driver.submit(tool_note(note, self.ctx.deps.tools), derived=True)
 
     # --- lifecycle ------------------------------------------------------------------------
     async def run(self, scope: trio.CancelScope) -> None:

@@ -29,8 +29,10 @@ from byok.cursor.checkpoint import (
     thinking_step,
 )
 from byok.cursor.exec_router import dispatch
+from byok.cursor.prompting import mode_value
 from byok.cursor.token_details import token_details
 from byok.cursor.tools.base import ArgsStream, ToolOutcome
+from byok.cursor.tools.modes import ModeSwitch
 from byok.loop import emits as em
 from byok.loop.turn_values import (
     Ahead,
@@ -49,6 +51,7 @@ from byok.loop.turn_values import (
     ModelEnded,
     ModelEvents,
     ModelFailed,
+    ModeSwitched,
     Publish,
     Published,
     ResultBlobs,
@@ -62,12 +65,14 @@ from byok.loop.turn_values import (
     Succeeded,
     ThinkingStep,
     ToolDone,
+    UseMode,
 )
 from byok.model import events as ev
 from byok.model.messages import Message
 from byok.model.request import ModelRequest
 from byok.run.context import RunContext
 from byok.run.crash import crash_point
+from byok.run.deps import ToolSetup
 from byok.run.driver import Driver
 from byok.run.kv import KvFailure
 from byok.run.provider_call import model_settings, run_call_context, stream_model
@@ -115,6 +120,11 @@ class TurnEffects:
                 self._reveal(kind)
             case RunTools():
                 self._run_tools(command)
+            case UseMode(mode=mode):
+                c = self.ctx
+                c.mode, c.agent_mode, c.tool_env.mode = mode, mode_value(mode), mode
+                c.assets = c.deps.prompts[mode]
+                c.tool_specs = c.deps.tools.specs_by_mode.get(mode, ())
             case ShowToolDone(call_id=call_id, result=result, model_call_id=mcid):
                 assert isinstance(result, ToolOutcome)
                 self.ctx.slot.send(encode.tool_call_completed(call_id, result.ui_bytes(), mcid))
@@ -349,7 +359,7 @@ class TurnEffects:
             prior_turns=c.prior_turns,
             turn=self._turn_of(steps),
             token_details=c.details,
-            mode=c.start.mode,
+            mode=c.agent_mode,
             root_of=c.memory.root_of,
             roots=c.memory.root_list,
         )
@@ -382,6 +392,7 @@ class TurnEffects:
     # --- tools ---------------------------------------------------------------------------------------
     def _run_tools(self, command: RunTools) -> None:
         c = self.ctx
+        c.tool_env.messages = c.head.messages
         dispatch(
             c.router,
             c.deps.tools.registry,
@@ -389,6 +400,7 @@ class TurnEffects:
             command.model_call_id,
             command.calls,
             dict(command.refused),
+            c.tool_env,
         )
         # The settled checkpoint lists the assistant as a root (the staged one held it inline):
         # its SET and ACK go while the tools run.
@@ -399,3 +411,10 @@ class TurnEffects:
 
 def tool_done(call_id: str, outcome: ToolOutcome) -> ToolDone:
     return ToolDone(call_id, outcome.content, outcome.is_error, outcome)
+
+
+def tool_note(note: object, tools: ToolSetup) -> ModeSwitched:
+    """The turn input a tool's note stands for."""
+    if isinstance(note, ModeSwitch):
+        return ModeSwitched(note.mode, frozenset(s.name for s in tools.specs_by_mode.get(note.mode, ())))
+    raise AssertionError(f"no turn input for the tool note {note!r}")

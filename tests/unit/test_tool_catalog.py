@@ -71,7 +71,7 @@ def test_required_arguments_and_enums() -> None:
 
 
 def test_parameters_json_is_canonical() -> None:
-    raw = json.loads((ROOT / "tools" / "catalog.json").read_text(encoding="utf-8"))
+    raw = read_entries(ROOT)
     catalog = load_tool_catalog(ROOT)
     for entry in raw:
         text = catalog[entry["name"]].parameters_json
@@ -93,8 +93,8 @@ def test_the_same_catalog_gives_identical_specs(root: Path) -> None:
     """The specs depend on what the catalog says, not on how its file is written: a fresh load
     of a copy with every object's keys reversed and other whitespace gives the same specs, the
     parameters text byte for byte (the provider request bytes prompt caches key on)."""
-    raw = json.loads((ROOT / "tools" / "catalog.json").read_text(encoding="utf-8"))
-    write_catalog(root, _keys_reversed(raw))  # a copy of the prompt folder, keys reversed
+    raw = read_entries(ROOT)
+    write_catalog(root, [_keys_reversed(e) for e in raw])  # a copy of the prompt folder, keys reversed
     # The rewrite really reorders the schemas: a parameters text that followed the file's key
     # order (not canonical) would differ between the two loads.
     assert any(json.dumps(_keys_reversed(e["parameters"])) != json.dumps(e["parameters"]) for e in raw)
@@ -144,8 +144,18 @@ def root(tmp_path: Path) -> Path:
     return tmp_path / "prompt"
 
 
-def write_catalog(root: Path, value: object) -> None:
-    (root / "tools" / "catalog.json").write_text(json.dumps(value), encoding="utf-8")
+def read_entries(root: Path) -> list[dict]:
+    return [json.loads(p.read_text(encoding="utf-8")) for p in sorted((root / "tools").glob("*.json"))]
+
+
+def write_catalog(root: Path, entries: list) -> None:
+    """Replace the catalog folder with one file per entry (named for the entry's name)."""
+    shutil.rmtree(root / "tools")
+    (root / "tools").mkdir()
+    for index, entry in enumerate(entries):
+        name = entry.get("name") if isinstance(entry, dict) else None
+        stem = name if isinstance(name, str) and "/" not in name else f"entry{index}"
+        (root / "tools" / f"{stem}.json").write_text(json.dumps(entry), encoding="utf-8")
 
 
 def tool(name: str = "Read", **extra: object) -> dict:
@@ -157,27 +167,31 @@ def catalog_error(root: Path) -> str:
     with pytest.raises(ToolCatalogError) as info:
         load_tool_catalog(root)
     message = str(info.value)
-    assert "\n" not in message and "catalog.json" in message
+    assert "\n" not in message and "tools" in message
     return message
 
 
 def test_missing_catalog(root: Path) -> None:
-    (root / "tools" / "catalog.json").unlink()
-    assert "file is missing" in catalog_error(root)
+    shutil.rmtree(root / "tools")
+    assert "catalog folder is missing" in catalog_error(root)
 
 
-def test_bad_json_names_line_and_column(root: Path) -> None:
-    (root / "tools" / "catalog.json").write_text('[{"name": "Read",\n oops}]', encoding="utf-8")
-    assert "invalid JSON at line 2 column 2" in catalog_error(root)
+def test_bad_json_names_file_line_and_column(root: Path) -> None:
+    (root / "tools" / "Read.json").write_text('{"name": "Read",\n oops}', encoding="utf-8")
+    message = catalog_error(root)
+    assert "Read.json" in message and "invalid JSON at line 2 column 2" in message
+
+
+def test_a_file_named_for_another_tool(root: Path) -> None:
+    (root / "tools" / "Read.json").rename(root / "tools" / "Reader.json")
+    assert "name it Read.json" in catalog_error(root)
 
 
 @pytest.mark.parametrize(
     ("value", "fragment"),
     [
-        ({"tools": []}, "expected a JSON array of tools, got an object"),
         ([], "defines no tools"),
-        (["Read"], "tool #0: expected an object, got a string"),
-        ([tool(), tool()], "'Read' is defined more than once"),
+        (["Read"], "expected an object, got a string"),
         ([tool(name="has space")], "'name' must match"),
         ([tool(description="  ")], "'description' must be a non-empty string"),
         ([tool(parameters={"type": "string"})], "'parameters' must be a JSON Schema object"),

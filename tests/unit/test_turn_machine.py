@@ -29,6 +29,7 @@ from byok.loop.turn_values import (
     ModelEnded,
     ModelEvents,
     ModelFailed,
+    ModeSwitched,
     Publish,
     Published,
     ResultBlobs,
@@ -42,6 +43,7 @@ from byok.loop.turn_values import (
     ThinkingStep,
     ToolDone,
     ToolStep,
+    UseMode,
 )
 from byok.model import events as ev
 from byok.model.messages import Message, ToolCall
@@ -331,3 +333,24 @@ def test_every_row_of_the_table_is_listed() -> None:
     rows = table_rows()
     assert len(rows) == len(TABLE)
     assert ("calling", "ModelEvents", "model_events") in rows
+
+
+def test_a_mode_switch_changes_what_the_next_call_may_offer() -> None:
+    plan_tools = frozenset({"Read", "Grep"})
+    s, _ = at_tools(("c1", "SwitchMode"), begin=attrs.evolve(BEGIN, known=TOOLS | {"SwitchMode"}))
+    s, out = transition(s, ModeSwitched("plan", plan_tools))
+    assert out == [UseMode("plan")]
+    assert s.plan is not None
+    assert (s.plan.mode, s.plan.offered, s.plan.carded) == ("plan", plan_tools, plan_tools)
+    # The round goes on as before; the next call's Write is refused as not offered in plan mode.
+    s, _ = run(s, done("c1"), Committed())
+    assert s.phase == "calling"
+    s, out = run(s, Published("settled"), tool_call(("c2", "Write")), ModelEnded(), Committed())
+    s, out = transition(s, Published("staged"))
+    assert out[1].refused == (("c2", refusal("Write", "plan", s.plan.known)),)
+
+
+def test_a_mode_switch_outside_a_tool_round_is_a_loop_protocol_error() -> None:
+    s, _ = run(TurnState(), BEGIN)
+    with pytest.raises(LoopProtocolError):
+        transition(s, ModeSwitched("plan", frozenset()))

@@ -2,14 +2,19 @@
 
 A tool is a ``ToolDef``: how the model sees it (name), how Cursor draws it (the ``ToolCall``
 oneof field, an empty placeholder, the record with arguments), how its complete arguments
-are validated, and an ``Execution`` state machine that turns the validated call into
-client round-trips and, finally, one ``ToolOutcome``.
+are validated, its transport, and an ``Execution`` state machine that turns the validated call
+into round-trips and, finally, one ``ToolOutcome``.
+
+Transports (seeds 000 §26.13): ``exec`` (ExecServerMessage, answered by ExecClientMessage),
+``interaction`` (InteractionQuery, answered by InteractionResponse; its own id counter),
+``local`` (byok forms the result itself: no client round-trip). An interaction whose answer is
+only an approval may go on with an Exec (WebFetch) or with server work (``StartWork``).
 
 An Execution never does I/O. It returns ``Action`` values; cursor/exec_router.py performs
-them for the run layer: it assigns Exec ids, sends ExecServerMessages, routes the client's
-results back by id and forwards UI updates; the run commits the outcome. One transport per tool: an
-Execution only ever sends the Exec variants of its own tool (Write/StrReplace: a hidden
-read, then a write).
+them for the run layer: it assigns Exec and query ids, sends the messages, routes the client's
+answers back by id, forwards UI updates, hands server work and turn notes to the run; the run
+commits the outcome. One transport per tool: an Execution only ever sends its own tool's
+variants (Write/StrReplace: a hidden read, then a write).
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ class Invocation:
     name: str
     model_call_id: str
     args: Mapping[str, Any]  # validated and normalised by ToolDef.parse
+    # The run's view for tools that need more than their arguments (cursor/tools/env.py).
+    env: Any = attrs.field(default=None, eq=False, repr=False)
 
 
 @attrs.frozen
@@ -67,6 +74,30 @@ class SendExec:
 
 
 @attrs.frozen
+class SendQuery:
+    """Send this InteractionQuery to the client. The run layer sets ``id`` (the run's interaction
+    counter, separate from the Exec counter); the answer comes back to ``on_answer``."""
+
+    query: agent.InteractionQuery
+
+
+@attrs.frozen
+class StartWork:
+    """Work byok does itself, with I/O (a web search, an image): the run layer performs ``work``
+    (a value of cursor/tools/work.py) and hands its result to ``on_work``."""
+
+    work: Any
+
+
+@attrs.frozen
+class Note:
+    """Something the turn must know before its next model call (a mode switch): the run turns
+    it into an input of the turn machine. It does not end the call."""
+
+    note: Any
+
+
+@attrs.frozen
 class Update:
     """An interaction update to show while the tool runs (tool_call_delta, shell_output_delta)."""
 
@@ -78,7 +109,7 @@ class Finish:
     outcome: ToolOutcome
 
 
-Action = SendExec | Update | Finish
+Action = SendExec | SendQuery | StartWork | Note | Update | Finish
 
 
 class Execution(Protocol):
@@ -99,6 +130,46 @@ class Execution(Protocol):
         ...
 
 
+class Phased:
+    """A base for Executions past one Exec: every callback the tool does not expect finishes the
+    call with a protocol error for the model (never a guess), and later ones are ignored."""
+
+    done = False
+
+    def start(self) -> list[Action]:
+        raise NotImplementedError
+
+    def finish(self, outcome: ToolOutcome) -> list[Action]:
+        self.done = True
+        return [Finish(outcome)]
+
+    def fail(self, message: str) -> list[Action]:
+        """The tool's error outcome for ``message``; subclasses give it their typed card."""
+        raise NotImplementedError
+
+    def _unexpected(self, what: str) -> list[Action]:
+        return [] if self.done else self.fail(f"protocol error: unexpected {what}")
+
+    def on_result(self, msg: agent.ExecClientMessage) -> list[Action]:
+        return self._unexpected("exec result")
+
+    def on_stream_close(self) -> list[Action]:
+        if self.done:
+            return []
+        return self.fail("the client closed the tool stream before sending a result")
+
+    def on_throw(self, error: str) -> list[Action]:
+        if self.done:
+            return []
+        return self.fail(error or "the client failed to run the tool")
+
+    def on_answer(self, response: agent.InteractionResponse) -> list[Action]:
+        return self._unexpected("interaction response")
+
+    def on_work(self, result: Any) -> list[Action]:
+        return self._unexpected("work result")
+
+
 class ArgsStream(Protocol):
     """Incremental view of the arguments while the model is still writing them."""
 
@@ -114,6 +185,7 @@ class ToolDef:
     ui: Callable[[Mapping[str, Any]], Any]  # the typed record with arguments (no result yet)
     execute: Callable[[Invocation], Execution]
     args_stream: Callable[[], ArgsStream] | None = None
+    transport: str = "exec"  # "exec" | "interaction" | "local" (documentation and the tool table)
 
     def tool_call(self, record: Any) -> agent.ToolCall:
         return agent.ToolCall(**{self.ui_field: record})

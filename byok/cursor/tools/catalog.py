@@ -1,9 +1,10 @@
 """The model-visible tool catalog and the per-mode tool manifests.
 
-``prompt/tools/catalog.json`` holds every tool byok can offer, in OpenAI function-tool shape
-(``{"name", "description", "parameters"}``). ``prompt/modes/<mode>/tools.json`` lists, in order,
-the names one mode offers. Both are validated when loaded so a broken asset stops the daemon at
-start-up, with a one-line error naming the file, instead of failing a user's turn.
+``prompt/tools/<Name>.json`` holds one tool byok can offer, in OpenAI function-tool shape
+(``{"name", "description", "parameters"}``; the file is named for the tool). The catalog is the
+folder. ``prompt/modes/<mode>/tools.json`` lists, in order, the names one mode offers. Both are
+validated when loaded so a broken asset stops the daemon at start-up, with a one-line error
+naming the file, instead of failing a user's turn.
 
 The parameters schema is stored as canonical JSON text so the same catalog always produces the
 same provider request bytes (prompt caches key on them).
@@ -19,7 +20,7 @@ from typing import Any
 from byok.model.messages import canonical_json
 from byok.model.request import ToolSpec
 
-CATALOG_FILE = Path("tools") / "catalog.json"
+CATALOG_DIR = Path("tools")
 MANIFEST_FILE = "tools.json"
 
 # OpenAI and Anthropic both restrict function names to this alphabet and length.
@@ -32,18 +33,17 @@ class ToolCatalogError(Exception):
 
 
 def load_tool_catalog(prompt_root: Path) -> dict[str, ToolSpec]:
-    path = prompt_root / CATALOG_FILE
-    entries = _read_json(path)
-    if not isinstance(entries, list):
-        raise ToolCatalogError(f"{path}: expected a JSON array of tools, got {_json_type(entries)}")
+    folder = prompt_root / CATALOG_DIR
+    if not folder.is_dir():
+        raise ToolCatalogError(f"{folder}: the tool catalog folder is missing")
     catalog: dict[str, ToolSpec] = {}
-    for index, entry in enumerate(entries):
-        spec = _tool_spec(entry, where=f"{path}: tool #{index}")
-        if spec.name in catalog:
-            raise ToolCatalogError(f"{path}: tool {spec.name!r} is defined more than once")
+    for path in sorted(folder.glob("*.json")):
+        spec = _tool_spec(_read_json(path), where=str(path))
+        if spec.name != path.stem:
+            raise ToolCatalogError(f"{path}: the file defines tool {spec.name!r}; name it {spec.name}.json")
         catalog[spec.name] = spec
     if not catalog:
-        raise ToolCatalogError(f"{path}: the catalog defines no tools")
+        raise ToolCatalogError(f"{folder}: the catalog defines no tools")
     return catalog
 
 

@@ -320,6 +320,10 @@ def _abort_reason(reason: agent.ShellAbortReason | None) -> str:
     return ""
 
 
+def _terminals_of(inv: Invocation) -> str:
+    return "" if inv.env is None else inv.env.terminals_folder
+
+
 def shell_tool(terminals_folder: str = "") -> ToolDef:
     """The Shell tool. ``terminals_folder`` (RequestContextEnv.terminals_folder), when known,
     tells the model where a backgrounded command's output goes."""
@@ -329,7 +333,7 @@ def shell_tool(terminals_folder: str = "") -> ToolDef:
         placeholder=agent.ShellToolCall,
         parse=_parse,
         ui=_ui,
-        execute=lambda inv: ShellExecution(inv, terminals_folder),
+        execute=lambda inv: ShellExecution(inv, terminals_folder or _terminals_of(inv)),
         args_stream=None,
     )
 

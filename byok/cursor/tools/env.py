@@ -1,0 +1,37 @@
+"""What a run offers its tools beyond their arguments (sans-IO, one per run).
+
+The run layer makes it at the run's start and refreshes ``messages`` before each tool round;
+tools read it and, for the state the protocol keeps per run (the MCP definition table), write
+it. Nothing here outlives the run or touches the store.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from byok.model.messages import Message
+from byok.pb.agent import v1 as agent
+
+
+@attrs.define(eq=False)
+class ToolEnv:
+    request_id: str = ""
+    conversation_id: str = ""
+    # The conversation group's root (Task's root_parent_conversation_id); the conversation itself
+    # when it has no group.
+    root_conversation_id: str = ""
+    mode: str = "agent"
+    request_context: agent.RequestContext | None = None
+    # The committed history when the round's calls were dispatched: folds such as the todo list
+    # read it (the messages are the only source of truth, seeds 000 §24).
+    messages: tuple[Message, ...] = ()
+    # Server-side backends configured for this daemon ("search", "images").
+    backends: frozenset[str] = frozenset()
+    # (server_identifier, tool_name) -> the definition exactly as the client's MCP state gave it;
+    # filled only from successful GetMcpTools results of this run (seeds 000 §33.3).
+    mcp: dict[tuple[str, str], agent.McpToolDefinition] = attrs.Factory(dict)
+
+    @property
+    def terminals_folder(self) -> str:
+        env = None if self.request_context is None else self.request_context.env
+        return "" if env is None else env.terminals_folder
