@@ -131,6 +131,7 @@ class CursorSim:
         executor: WorkspaceExecutor | None = None,
         exec_delay: Callable[[agent.ExecServerMessage], float] | None = None,
         on_exec: Callable[[agent.ExecServerMessage], list[agent.AgentClientMessage] | None] | None = None,
+        on_query: Callable[[agent.InteractionQuery], list[agent.AgentClientMessage] | None] | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.client = client
@@ -144,6 +145,9 @@ class CursorSim:
         self.executor = executor
         self.exec_delay = exec_delay  # seconds to hold a given exec before running it
         self.on_exec = on_exec  # fault injection: messages to send instead of executing (None: execute)
+        # The user's side of an InteractionQuery (approve, answer, reject): the messages to send,
+        # or None to leave the query unanswered (as a user who has not clicked yet).
+        self.on_query = on_query
         # How a frame's payload is decoded; benchmarks swap in one that skips what they don't read.
         self.parse_frame: Callable[[bytes], agent.AgentServerMessage] = functools.partial(
             proto_decode.parse, agent.AgentServerMessage
@@ -292,6 +296,9 @@ class CursorSim:
                         if (kv := msg.kv_server_message) is not None and kv.set_blob_args is not None:
                             set_ids[kv.id] = kv.set_blob_args.blob_id
                         on_exec_frame(msg, execs)
+                        if (query := msg.interaction_query) is not None and self.on_query is not None:
+                            for answer in self.on_query(query) or []:
+                                await send(answer)
                         if (kv := msg.kv_server_message) is not None and self.kv_delay is not None:
                             await trio.sleep(self.kv_delay(kv))
                         for reply in self.auto_reply(msg):
@@ -338,6 +345,12 @@ class CursorSim:
             data = self.blobs.get(kv.get_blob_args.blob_id)
             reply = agent.KvClientMessage(id=kv.id, get_blob_result=agent.GetBlobResult(blob_data=data))
         return [agent.AgentClientMessage(kv_client_message=reply)]
+
+
+def interaction_answer(query: agent.InteractionQuery, **result: object) -> agent.AgentClientMessage:
+    """The client's InteractionResponse to ``query`` (same id), with one result variant set."""
+    response = agent.InteractionResponse(id=query.id, **result)  # type: ignore[arg-type]
+    return agent.AgentClientMessage(interaction_response=response)
 
 
 def user_turn(
