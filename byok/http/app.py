@@ -1,7 +1,8 @@
-"""The byok ASGI app: the two agent RPCs, health, and everything else streamed upstream.
+"""The byok ASGI app: the agent RPCs, health, and everything else streamed upstream.
 
-The two RPCs' handlers live in bidi_append.py and run_stream.py; App routes, and hands decoded
-run requests to the run service (run/service.py), which owns the runs' lifecycle."""
+The agent RPCs' handlers live in bidi_append.py, run_stream.py (RunSSE, Run) and run_poll.py;
+App routes, and hands decoded run requests to the run service (run/service.py), which owns the
+runs' lifecycle."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from byok.http.forwarder import refused_target
 from byok.http.model_list import ModelListRoutes
 from byok.http.offline import OfflineAnswers, UpstreamHealth
 from byok.http.outcomes import failed
+from byok.http.run_poll import RunPolls
 from byok.http.run_stream import RunStreams
 from byok.pb.agent import v1 as agent
 from byok.run.deps import RunDeps
@@ -29,6 +31,7 @@ from byok.run.slot import RunSlot
 log = logging.getLogger("byok.http")
 
 RUN_SSE = "/agent.v1.AgentService/RunSSE"
+RUN_POLL = "/agent.v1.AgentService/RunPoll"
 RUN_BIDI = "/agent.v1.AgentService/Run"
 BIDI_APPEND = "/aiserver.v1.BidiService/BidiAppend"
 HEALTHZ = "/byok/healthz"
@@ -69,6 +72,7 @@ class App:
             service=self.service,
             append=self.appends.append,
         )
+        self.run_polls = RunPolls(self.run_streams)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -87,6 +91,8 @@ class App:
         try:
             if path == RUN_SSE and method == "POST":
                 await self.run_streams.run_sse(scope, receive, send)
+            elif path == RUN_POLL and method == "POST":
+                await self.run_polls.run_poll(scope, receive, send)
             elif path == RUN_BIDI and method == "POST":
                 await self.run_streams.run_bidi(scope, receive, send)
             elif path == BIDI_APPEND and method == "POST":

@@ -8,7 +8,7 @@ no response of byok's carries an ``Access-Control-*`` header, so the browser nev
 real request and never lets a page read an answer.
 
 Cursor's client (Node, not a browser page) speaks Connect: agent RPCs in
-``application/connect+proto`` (RunSSE, the HTTP/2 Run) and ``application/proto`` (BidiAppend),
+``application/connect+proto`` (RunSSE, RunPoll, the HTTP/2 Run) and ``application/proto`` (BidiAppend),
 its other calls in those or Connect's JSON forms, GETs with no body at all. So a request is
 refused when it carries a web ``Origin`` (``http(s)://...`` or ``null``, what a sandboxed frame
 or a ``file:`` page sends; every browser sends one on a cross-origin POST), when it is an
@@ -32,6 +32,7 @@ log = logging.getLogger("byok.http")
 AGENT_ROUTES: Final = frozenset(
     {
         "/agent.v1.AgentService/RunSSE",
+        "/agent.v1.AgentService/RunPoll",
         "/agent.v1.AgentService/Run",
         "/aiserver.v1.BidiService/BidiAppend",
     }

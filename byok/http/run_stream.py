@@ -7,7 +7,8 @@ from __future__ import annotations
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import trio
@@ -123,7 +124,7 @@ class RunStreams:
         slot = self.registry.get_or_create(rid)
         slot.runsse_open = True
         if slot.kind == "unknown":
-            err = await self._await_decision(slot, receive)
+            err = await self.await_decision(slot, receive)
             if err is not None:
                 log.warning("request %s: RunSSE ended: %s", rid, err)
                 await send({"type": "http.response.body", "body": end_stream_error(err), "more_body": False})
@@ -133,7 +134,7 @@ class RunStreams:
             return
         await self._stream_frames(slot, receive, send)
 
-    async def _await_decision(self, slot: RunSlot, receive: Receive) -> ConnectError | None:
+    async def await_decision(self, slot: RunSlot, receive: Receive) -> ConnectError | None:
         """Until the first BidiAppend (the run_request) decides local or relayed. A client that
         leaves first is let go at once (ClientGone): it held a socket, and its descriptor, for
         the whole timeout. Past MAX_UNDECIDED_STREAMS waiting, refused without a wait."""
@@ -188,11 +189,18 @@ class RunStreams:
         request body carries the client's messages and is read alongside, in frame order."""
         heartbeat = encode_frame(encode.heartbeat())
         interval = self.config.server.heartbeat_s
+        with self.counted():
+            await self._write_frames(slot, receive, send, client_messages, heartbeat, interval)
+
+    @contextmanager
+    def counted(self) -> Iterator[None]:
+        """Around a response writing a run's frames (a RunSSE, a Run, a poll): shutdown waits
+        for them to finish."""
         self.streams += 1
         if self._streams_idle.is_set():
             self._streams_idle = trio.Event()
         try:
-            await self._write_frames(slot, receive, send, client_messages, heartbeat, interval)
+            yield
         finally:
             self.streams -= 1
             if not self.streams:

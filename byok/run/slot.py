@@ -49,6 +49,7 @@ class RunSlot:
         self.cancel_run: Callable[[], None] | None = None  # set while the run task lives
         self.on_reattach: Callable[[], None] | None = None  # run hook for a replacing RunSSE
         self.tap: Callable[[bytes], None] | None = None  # sees every message sent (a run's log)
+        self.poll: object | None = None  # what a RunPoll client's polls were sent (http/run_poll.py)
         self._ever_attached = False
         # Frames queued, frames a writer has taken off the channel, and whether it is sending
         # them: what ``flushed`` waits on. ``_wrote`` is set (and replaced) at every change.
@@ -135,11 +136,13 @@ class RunSlot:
             self._sending = False
             self._progress()
 
-    def attach(self, scope: trio.CancelScope) -> None:
-        """A new RunSSE for this request id takes over the stream from any earlier one."""
+    def attach(self, scope: trio.CancelScope, *, resume: bool = True) -> None:
+        """A new RunSSE for this request id takes over the stream from any earlier one.
+        ``resume=False``: a stream that re-sends what an earlier one lost by itself (a RunPoll's
+        next poll), so the run has nothing to send again."""
         if self._attached is not None:
             self._attached.cancel()
-        reattach = self._ever_attached
+        reattach = self._ever_attached and resume
         self._ever_attached = True
         self._attached = scope
         self.attached_event.set()

@@ -32,7 +32,7 @@ def status(s: dict[str, Any]) -> int | None:
 
 
 def test_the_agent_routes_are_the_apps() -> None:
-    assert {app.RUN_SSE, app.RUN_BIDI, app.BIDI_APPEND} == AGENT_ROUTES
+    assert {app.RUN_SSE, app.RUN_POLL, app.RUN_BIDI, app.BIDI_APPEND} == AGENT_ROUTES
 
 
 @pytest.mark.parametrize(

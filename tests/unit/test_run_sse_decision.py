@@ -109,7 +109,7 @@ async def test_a_decision_ends_the_wait(autojump_clock: trio.testing.MockClock) 
 
         async def stream() -> None:
             slot = rs.registry.get_or_create("r1")
-            assert await rs._await_decision(slot, client.receive) is None
+            assert await rs.await_decision(slot, client.receive) is None
             done.set()
 
         await client.receive()  # the body, as run_sse reads it first
