@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import importlib
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from byok.commands.config_args import load_from_args
@@ -107,6 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"{', '.join(LEVELS)} (any case; default: $BYOK_LOG_LEVEL, else info)",
     )
     serve.set_defaults(func=cmd_serve)
+    st = sub.add_parser("status", help="is a daemon running on this config's data dir: its health, its runs")
+    _config_flags(st, listen=False)
+    st.add_argument("--json", action="store_true", help="print the daemon's status as JSON")
+    st.set_defaults(func=_lazy("status", "cmd_status"))
     cc = sub.add_parser("cursor-command", help="print the command that starts Cursor with byok as backend")
     _config_flags(cc)
     cc.set_defaults(func=cmd_cursor_command)
@@ -120,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--url", default="http://127.0.0.1:8790", help="the daemon's address")
     sim.add_argument("--model", required=True, help="the model id to run")
     sim.add_argument("--conversation", help="continue this conversation id (default: a new one)")
-    sim.set_defaults(func=_simulate)
+    sim.set_defaults(func=_lazy("simulate", "cmd_simulate"))
     rp = sub.add_parser(
         "replay", help="run a recorded run again from its input log ([logging] record_runs) and compare"
     )
@@ -130,10 +136,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _simulate(args: argparse.Namespace) -> int:
-    from byok.commands.simulate import cmd_simulate
+def _lazy(module: str, name: str) -> Callable[[argparse.Namespace], int]:
+    """A command whose module is imported only when it runs (``byok serve`` tunes the allocator
+    before the generated protobuf code and the rest are imported)."""
 
-    return cmd_simulate(args)
+    def run(args: argparse.Namespace) -> int:
+        command: Callable[[argparse.Namespace], int] = getattr(
+            importlib.import_module(f"byok.commands.{module}"), name
+        )
+        return command(args)
+
+    return run
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,6 +19,7 @@ from byok.cursor import proto_decode
 from byok.cursor.prompting import default_prompt_root, load_prompt_assets
 from byok.cursor.tools.catalog import load_tool_catalog, mode_tools
 from byok.cursor.tools.registry import build_registry
+from byok.daemon_lock import DataDirInUse, DataDirLock
 from byok.exception_groups import sole
 from byok.http.app import App
 from byok.http.ca import LocalCA
@@ -77,6 +78,24 @@ def _refuse_non_loopback(config: Config) -> None:
             )
 
 
+def _lock_data_dir(config: Config) -> DataDirLock:
+    """The data dir for this daemon alone, or a StartupError naming the daemon that has it."""
+    with _starting(f"use data_dir {config.server.data_dir}"):
+        try:
+            return DataDirLock.acquire(config.server.data_dir, config.source)
+        except DataDirInUse as e:
+            raise StartupError(str(e)) from None
+
+
+@contextlib.contextmanager
+def _released_on_error(lock: DataDirLock) -> Iterator[None]:
+    try:
+        yield
+    except BaseException:
+        lock.release()
+        raise
+
+
 # After the runs end, how long their streams get to write their last frames.
 STREAM_DRAIN_S = 5.0
 # How long shutdown may spend storing the renders of the histories called since the last release.
@@ -129,7 +148,8 @@ async def run_daemon(
             # A service does not see the shell's environment: say so now, not at the first turn.
             log.warning("%s (runs on provider %r fail until it is set)", e, provider.id)
     _warn_if_others_read_secrets(config)
-    with _starting(f"use data_dir {config.server.data_dir}"):
+    lock = _lock_data_dir(config)
+    with _starting(f"use data_dir {config.server.data_dir}"), _released_on_error(lock):
         store = await AsyncStore.open(config.server.data_dir)
         # Runs a crash left 'running' can never finish now: record them as interrupted, once.
         interrupted = await store.interrupt_running_runs(int(time.time() * 1000))
@@ -196,6 +216,7 @@ async def run_daemon(
                         nursery=nursery,
                     )
                 proxy_line = f"{proxy_url} (CA {ca.cert_path})"
+            lock.announce(base_url)
             log.info(
                 "%s", summary(config, base_url, pid=os.getpid(), version=byok_version(), proxy=proxy_line)
             )
@@ -216,3 +237,4 @@ async def run_daemon(
             with trio.move_on_after(DRAIN_TIMEOUT_S):
                 await call_log.flush()  # records of runs that ended after the writer stopped
             await store.aclose()
+            lock.release()

@@ -23,6 +23,7 @@ from byok.http.offline import OfflineAnswers, UpstreamHealth
 from byok.http.outcomes import failed
 from byok.http.run_poll import RunPolls
 from byok.http.run_stream import RunStreams
+from byok.http.status_route import STATUS, respond_status
 from byok.pb.agent import v1 as agent
 from byok.run.deps import RunDeps
 from byok.run.service import RunService
@@ -55,6 +56,7 @@ class App:
         self.health = health
         self.forward = forward
         self.service = RunService(config=config, deps=deps, nursery=nursery)
+        self.started_ms = deps.wall_ms()
         self.registry = self.service.registry
         self.supervisors = self.service.supervisors
         self.activity = self.service.activity
@@ -100,6 +102,8 @@ class App:
             elif path == HEALTHZ and method == "GET":
                 served = [m.id for m in self.config.enabled_models()]
                 await respond_json(send, 200, {"status": "ok", "models": served})
+            elif path == STATUS and method == "GET":
+                await respond_status(scope, send, self.config, self.service, self.health, self.started_ms)
             elif self.model_list is not None and await self.model_list.handle(scope, receive, send):
                 pass
             elif self.offline is not None and self.offline.matches(scope) and not await self._upstream_ok():

@@ -105,6 +105,10 @@ class ActiveRun:
     request_id: str
     scope: trio.CancelScope
     done: trio.Event
+    # What `byok status` shows of it.
+    conversation_id: str = ""
+    model_id: str = ""
+    started_ms: int = 0
 
 
 class ConversationSupervisor:

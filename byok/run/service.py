@@ -101,7 +101,14 @@ class RunService:
 
     async def _run(self, slot: RunSlot, start: RunStart) -> None:
         sup = self.supervisors.get(start.conversation_id)
-        me = ActiveRun(start.request_id, trio.CancelScope(), trio.Event())
+        me = ActiveRun(
+            start.request_id,
+            trio.CancelScope(),
+            trio.Event(),
+            start.conversation_id,
+            start.model_id,
+            self.deps.wall_ms(),
+        )
         slot.cancel_run = me.scope.cancel
         self.active.add(me)
         self.activity.started()

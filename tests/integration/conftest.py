@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -67,6 +67,11 @@ context_tokens = 128000
     )
 
 
+# Per data dir, when the daemon a test started last on it has stopped: a test that starts a second
+# one on the same data dir (a restart) waits for the first to let it go.
+_stopped: dict[Path, trio.Event] = {}
+
+
 @asynccontextmanager
 async def start_daemon(
     tmp_path: Path,
@@ -98,7 +103,18 @@ async def start_daemon(
     earlier = frozenset((data_dir / "runs").glob("*.jsonl"))
     # Every run keeps its input log (run/run_log.py): tests replay them.
     config = attrs.evolve(config, logging=attrs.evolve(config.logging, record_runs=True))
-    base_url, shutdown = await nursery.start(run_daemon, config)
+    if (previous := _stopped.get(data_dir)) is not None:
+        with trio.fail_after(30):  # the data dir is one daemon's at a time (daemon_lock.py)
+            await previous.wait()
+    stopped = _stopped[data_dir] = trio.Event()
+
+    async def serve(task_status: trio.TaskStatus[tuple[str, Callable[[], None]]]) -> None:
+        try:
+            await run_daemon(config, task_status=task_status)
+        finally:
+            stopped.set()
+
+    base_url, shutdown = await nursery.start(serve)
     async with httpx.AsyncClient(timeout=30) as client:
         yield Daemon(base_url, provider, CursorSim(base_url, client), client, data_dir, config_path)
     shutdown()
