@@ -32,6 +32,12 @@ def encode_emit(emit: em.Emit) -> bytes:
             return _update(thinking_completed=agent.ThinkingCompletedUpdate(thinking_duration_ms=ms))
         case em.TokensOut(tokens=tokens):
             return _update(token_delta=agent.TokenDeltaUpdate(tokens=tokens))
+        case em.SummaryStarted():
+            return _update(summary_started=agent.SummaryStartedUpdate())
+        case em.SummaryOut(text=text):
+            return _update(summary=agent.SummaryUpdate(summary=text))
+        case em.SummaryDone():
+            return _update(summary_completed=agent.SummaryCompletedUpdate())
     raise TypeError(f"emit {type(emit).__name__} has no Cursor encoding here")
 
 

@@ -95,7 +95,7 @@ def _decode_root(data: bytes) -> Message:
     byok = (obj.get("providerOptions") or {}).get("byok") or {}
     replay = byok.get("replay")
     origin = byok.get("origin", {"system": "runtime"}.get(role, role))
-    if origin not in ("user", "runtime", "assistant", "tool"):
+    if origin not in ("user", "runtime", "summary", "assistant", "tool"):
         raise RootJsonError(f"root prompt message has unknown origin {origin!r}")
     seq = byok.get("completion_seq", 0)
     if not isinstance(seq, int) or isinstance(seq, bool):

@@ -45,4 +45,29 @@ class ToolArgsOut:
     model_call_id: str
 
 
-Emit = TextOut | ThinkingOut | ThinkingDone | TokensOut | ToolCallOpened | ToolArgsOut
+@attrs.frozen
+class SummaryStarted:
+    """A compaction's summary begins (it replaces the text deltas while it streams)."""
+
+
+@attrs.frozen
+class SummaryOut:
+    text: str
+
+
+@attrs.frozen
+class SummaryDone:
+    """The summary is committed: the history now starts with it."""
+
+
+Emit = (
+    TextOut
+    | ThinkingOut
+    | ThinkingDone
+    | TokensOut
+    | ToolCallOpened
+    | ToolArgsOut
+    | SummaryStarted
+    | SummaryOut
+    | SummaryDone
+)

@@ -103,6 +103,9 @@ def encode_input(inp: Input) -> dict[str, Any]:
                 "carded": sorted(inp.carded),
                 "known": sorted(inp.known),
                 "staged": None if inp.staged is None else inp.staged.encode().decode(),
+                "context_limit": inp.context_limit,
+                "estimate": inp.estimate,
+                "summaries": inp.summaries,
             }
         case ModelEvents(events=events, now_s=now_s):
             return {"k": "model", "t": now_s, "e": [encode_event(e) for e in events]}
@@ -134,6 +137,9 @@ def decode_input(obj: dict[str, Any]) -> Input:
                     carded=frozenset(obj["carded"]),
                     known=frozenset(obj["known"]),
                     staged=None if staged is None else Message.decode(staged.encode()),
+                    context_limit=obj.get("context_limit", 0),
+                    estimate=obj.get("estimate", 0),
+                    summaries=obj.get("summaries", 0),
                 )
             case "model":
                 return ModelEvents(tuple(decode_event(e) for e in obj["e"]), float(obj["t"]))

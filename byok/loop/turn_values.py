@@ -96,6 +96,8 @@ class FinalCheckpoints:
     steps: tuple[Step, ...]
     answer: Message | None
     usage: Usage | None
+    # A compaction run's end (summarize_action): the compacted checkpoint three times.
+    compacted: bool = False
 
 
 @attrs.frozen
@@ -112,7 +114,7 @@ Ahead = StagedCheckpoint | FinalCheckpoints | ResultBlobs
 
 # --- inputs ------------------------------------------------------------------------------------
 
-Start = Literal["call", "tools", "final"]
+Start = Literal["call", "tools", "final", "compact"]
 
 
 @attrs.frozen
@@ -121,11 +123,18 @@ class Begin:
 
     request_id: str
     mode: str
-    start: Start  # call the model / run a staged round again / publish the final checkpoints
+    # call the model / run a staged round again / publish the final checkpoints / compact the
+    # history and end (summarize_action)
+    start: Start
     offered: frozenset[str]  # the tools the model was offered in this mode
     carded: frozenset[str]  # of those, the ones Cursor draws a card for
     known: frozenset[str]  # every tool byok has (to tell "unknown" from "not in this mode")
     staged: Message | None = None  # start == "tools": the staged round's assistant
+    # Compaction: the most input tokens a request may have (0: never compact on its own), the
+    # estimated size of the run's first request, and how many summaries the history holds.
+    context_limit: int = 0
+    estimate: int = 0
+    summaries: int = 0
 
 
 @attrs.frozen
@@ -206,6 +215,9 @@ class CallModel:
 
     model_call_id: str
     gated: bool = False
+    # A compaction call: the history with the compaction instruction after it; its output is
+    # the summary, not an answer.
+    compact: bool = False
 
 
 @attrs.frozen
@@ -227,6 +239,9 @@ class Commit:
 
     messages: tuple[Message, ...]
     ahead: Ahead | None = None
+    # The messages start a new history (a compaction's summary): a new root revision, the older
+    # messages left in theirs.
+    rebase: bool = False
 
 
 @attrs.frozen

@@ -19,8 +19,9 @@ import attrs
 T = TypeVar("T")
 
 Role = Literal["system", "user", "assistant", "tool"]
-# Where a message came from; a runtime message is projected with role "user" but is not user input.
-Origin = Literal["user", "runtime", "assistant", "tool"]
+# Where a message came from; a runtime message is projected with role "user" but is not user input,
+# and a summary (role "user") stands for the history a compaction replaced (loop/compaction.py).
+Origin = Literal["user", "runtime", "summary", "assistant", "tool"]
 
 
 @attrs.frozen(cache_hash=True)  # hashed for every history item's cache lookup, every call
