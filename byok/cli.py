@@ -113,6 +113,23 @@ def build_parser() -> argparse.ArgumentParser:
     _config_flags(st, listen=False)
     st.add_argument("--json", action="store_true", help="print the daemon's status as JSON")
     st.set_defaults(func=_lazy("status", "cmd_status"))
+    calls = sub.add_parser(
+        "calls", help="the recent provider calls: time, model, status, tokens, cache hits, TTFT"
+    )
+    _config_flags(calls, listen=False)
+    calls.add_argument("-n", "--limit", type=int, default=20, metavar="N", help="how many calls (default 20)")
+    calls.add_argument(
+        "--model", metavar="ID", help="only this model's calls (byok's id or the upstream name)"
+    )
+    calls.add_argument("--json", action="store_true", help="print the calls as JSON, newest first")
+    calls.set_defaults(func=_lazy("usage", "cmd_calls"))
+    stats = sub.add_parser("stats", help="provider usage per day and model")
+    _config_flags(stats, listen=False)
+    stats.add_argument(
+        "--days", type=int, default=30, metavar="N", help="the last N days, today included (default 30)"
+    )
+    stats.add_argument("--json", action="store_true", help="print the rows as JSON")
+    stats.set_defaults(func=_lazy("usage", "cmd_stats"))
     cc = sub.add_parser("cursor-command", help="print the command that starts Cursor with byok as backend")
     _config_flags(cc)
     cc.set_defaults(func=cmd_cursor_command)
