@@ -185,5 +185,11 @@ class Config:
     def model(self, model_id: str) -> ModelConfig | None:
         return next((m for m in self.models if m.id == model_id), None)
 
+    def serves(self, model_id: str) -> bool:
+        """Whether byok runs this model itself: a configured, enabled one. A run for any other
+        model is relayed to upstream."""
+        model = self.model(model_id) if model_id else None
+        return model is not None and model.enabled
+
     def provider(self, provider_id: str) -> ProviderConfig | None:
         return next((p for p in self.providers if p.id == provider_id), None)

@@ -143,7 +143,7 @@ class BidiAppends:
             and msg.run_request is not None
             and req.append_seqno == 0
             and requested_model_id(msg.run_request)  # no model at all is our invalid_argument
-            and not self._is_local_model(requested_model_id(msg.run_request))
+            and not self.config.serves(requested_model_id(msg.run_request))
         ):
             # An official (or unknown) model: the whole run goes to upstream, unchanged.
             why = not_served(self.config, requested_model_id(msg.run_request))
@@ -259,10 +259,6 @@ class BidiAppends:
             else:
                 slot.hold(item)  # released once the append is answered
         return None
-
-    def _is_local_model(self, model_id: str) -> bool:
-        model = self.config.model(model_id) if model_id else None
-        return model is not None and model.enabled
 
 
 def _run_request_too_large(data_size: int, limit: int) -> ConnectError:

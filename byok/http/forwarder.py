@@ -9,7 +9,8 @@ Only an origin-form target (``/path?query``) is relayed, and only to the configu
 
 Limitation: the upstream leg is httpx over HTTP/1.1, and httpcore writes the whole request
 body before it reads the response. Each direction streams without buffering, but a request
-never sees response bytes while its own body is still being sent (no full-duplex).
+never sees response bytes while its own body is still being sent (no full-duplex). The one
+route that needs both at once, a relayed HTTP/2 Run, goes through bidi_relay.py instead.
 """
 
 from __future__ import annotations

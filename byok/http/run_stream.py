@@ -11,14 +11,18 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import attrs
 import trio
 
 from byok.config import Config
 from byok.cursor import encode, proto_decode
+from byok.cursor.request import requested_model_id
 from byok.http.asgi import BodyTooLarge, ClientGone, Receive, Scope, Send, header, read_body
 from byok.http.bidi_append import parse_client_message
+from byok.http.bidi_relay import relay_bidi
 from byok.http.connect_envelope import (
     ConnectError,
+    Frame,
     FrameDecoder,
     ProtocolError,
     decode_unary_body,
@@ -183,14 +187,14 @@ class RunStreams:
             self.registry.remove(slot.request_id, slot)
 
     async def _stream_frames(
-        self, slot: RunSlot, receive: Receive, send: Send, *, client_messages: bool = False
+        self, slot: RunSlot, receive: Receive, send: Send, *, opening: Opening | None = None
     ) -> None:
-        """The one writer of a run's frames. With ``client_messages`` (the HTTP/2 Run call) the
+        """The one writer of a run's frames. With an ``opening`` (the HTTP/2 Run call) the
         request body carries the client's messages and is read alongside, in frame order."""
         heartbeat = encode_frame(encode.heartbeat())
         interval = self.config.server.heartbeat_s
         with self.counted():
-            await self._write_frames(slot, receive, send, client_messages, heartbeat, interval)
+            await self._write_frames(slot, receive, send, opening, heartbeat, interval)
 
     @contextmanager
     def counted(self) -> Iterator[None]:
@@ -217,7 +221,7 @@ class RunStreams:
         slot: RunSlot,
         receive: Receive,
         send: Send,
-        client_messages: bool,
+        opening: Opening | None,
         heartbeat: bytes,
         interval: float,
     ) -> None:
@@ -226,8 +230,8 @@ class RunStreams:
         with trio.CancelScope() as cs:
             slot.attach(cs)
             async with trio.open_nursery() as nursery:
-                if client_messages:
-                    nursery.start_soon(self._read_client_frames, slot, receive, cs)
+                if opening is not None:
+                    nursery.start_soon(self._read_client_frames, slot, receive, cs, opening)
                 else:
                     nursery.start_soon(_watch_disconnect, receive, cs)
                 try:
@@ -276,8 +280,17 @@ class RunStreams:
     async def run_bidi(self, scope: Scope, receive: Receive, send: Send) -> None:
         """`agent.v1.AgentService/Run`: one HTTP/2 bidi stream carrying what RunSSE + BidiAppend
         carry. The request id is the x-request-id header; client frames are numbered from 0 in
-        order, exactly like BidiAppend seqnos, and feed the same slot."""
+        order, exactly like BidiAppend seqnos, and feed the same slot. The first one (the
+        run_request) decides: a model byok does not serve (an official one, or one with
+        ``enabled = false``) has the whole call relayed to upstream (bidi_relay.py)."""
         rid = header(scope, "x-request-id") or str(uuid.uuid4())
+        opening = await self._opening(receive)
+        model = _requested_model(opening.first)
+        if opening.error is None and model and not self.config.serves(model):
+            log.info("request %s: model %r is not a byok model, relaying the Run", rid, model)
+            head = b"".join(opening.raw)
+            await relay_bidi(scope, head, opening.more, receive, send, upstream=self.config.server.upstream)
+            return
         slot = self.registry.get_or_create(rid)
         slot.runsse_open = True
         slot.decide("agent")
@@ -291,25 +304,50 @@ class RunStreams:
                 ],
             }
         )
-        await self._stream_frames(slot, receive, send, client_messages=True)
+        if opening.error is not None:
+            log.warning("request %s: Run refused: %s", rid, opening.error)
+            self.service.refuse(slot, failed(opening.error))
+        await self._stream_frames(slot, receive, send, opening=opening)
 
-    async def _read_client_frames(self, slot: RunSlot, receive: Receive, stream: trio.CancelScope) -> None:
-        decoder = FrameDecoder(self.max_body)
+    async def _opening(self, receive: Receive) -> Opening:
+        """The Run's body up to its first message (Cursor sends the run_request with the call),
+        at most DECISION_TIMEOUT_S. ClientGone if the client leaves first."""
+        op = Opening(FrameDecoder(self.max_body))
+        with trio.move_on_after(DECISION_TIMEOUT_S):
+            while op.more and op.error is None and all(f.end_stream for f in op.frames):
+                event = await receive()
+                if event["type"] == "http.disconnect":
+                    raise ClientGone
+                body = event.get("body", b"")
+                op.raw.append(body)
+                op.more = bool(event.get("more_body", False))
+                try:
+                    op.frames += op.decoder.feed(body)
+                except ProtocolError as e:
+                    op.error = e.to_connect_error()
+        first = next((f for f in op.frames if not f.end_stream), None)
+        if first is not None:
+            op.first = parse_client_message(first.payload)
+        elif op.error is None:
+            op.error = (
+                ConnectError("deadline_exceeded", "no run_request arrived on this Run")
+                if op.more
+                else ConnectError("invalid_argument", "the Run's body ended before its run_request")
+            )
+        return op
+
+    async def _read_client_frames(
+        self, slot: RunSlot, receive: Receive, stream: trio.CancelScope, opening: Opening
+    ) -> None:
+        if opening.error is not None:
+            return  # the slot is already refused
+        decoder, frames, more = opening.decoder, opening.frames, opening.more
         seqno = 0
         while True:
-            event = await receive()
-            if event["type"] == "http.disconnect":
-                stream.cancel()
-                return
-            try:
-                frames = decoder.feed(event.get("body", b""))
-            except ProtocolError as e:
-                self._fail_slot(slot, e.to_connect_error())
-                return
             for frame in frames:
                 if frame.end_stream:
                     continue
-                msg = parse_client_message(frame.payload)
+                msg = opening.first if seqno == 0 else parse_client_message(frame.payload)
                 if msg is None:
                     err = ConnectError("invalid_argument", f"frame {seqno} is not an AgentClientMessage")
                     self._fail_slot(slot, err)
@@ -320,9 +358,37 @@ class RunStreams:
                 if err is not None:
                     self._fail_slot(slot, err)
                     return
-            if not event.get("more_body", False):
+            if not more:
                 # The client half-closed: keep streaming our frames until the run ends.
                 await trio.sleep_forever()
+            event = await receive()
+            if event["type"] == "http.disconnect":
+                stream.cancel()
+                return
+            more = bool(event.get("more_body", False))
+            try:
+                frames = decoder.feed(event.get("body", b""))
+            except ProtocolError as e:
+                self._fail_slot(slot, e.to_connect_error())
+                return
 
     def _fail_slot(self, slot: RunSlot, err: ConnectError) -> None:
         self.service.fail(slot, failed(err))
+
+
+@attrs.define
+class Opening:
+    """What an HTTP/2 Run's client sent before byok decided where the call goes."""
+
+    decoder: FrameDecoder
+    raw: list[bytes] = attrs.Factory(list)  # the body so far, as it came (relayed as is)
+    frames: list[Frame] = attrs.Factory(list)  # decoded from it
+    first: agent.AgentClientMessage | None = None  # the first message, parsed
+    more: bool = True  # the body goes on
+    error: ConnectError | None = None
+
+
+def _requested_model(msg: agent.AgentClientMessage | None) -> str:
+    if msg is None or msg.run_request is None:
+        return ""
+    return requested_model_id(msg.run_request)
