@@ -16,8 +16,8 @@ import trio
 from byok import fd_limit
 from byok.config import Config, ConfigError
 from byok.cursor import proto_decode
-from byok.cursor.prompting import default_prompt_root, load_prompt_assets
-from byok.cursor.tools.catalog import load_tool_catalog, mode_tools
+from byok.cursor.prompting import PromptAssetError, default_prompt_root, load_prompt_assets
+from byok.cursor.tools.catalog import ToolCatalogError, load_tool_catalog, mode_tools
 from byok.cursor.tools.registry import build_registry
 from byok.daemon_lock import DataDirInUse, DataDirLock
 from byok.exception_groups import sole
@@ -135,12 +135,15 @@ async def run_daemon(
     proto_decode.prime([agent, aiserver])
     fd_limit.raise_fd_limit()  # each connection is a descriptor; macOS starts at 256
     root = default_prompt_root()
-    prompts = load_prompt_assets(root)
-    catalog = load_tool_catalog(root)
-    tools = ToolSetup(
-        registry=build_registry(),
-        specs_by_mode={mode: mode_tools(root, mode, catalog) for mode in prompts},
-    )
+    try:
+        prompts = load_prompt_assets(root)
+        catalog = load_tool_catalog(root)
+        tools = ToolSetup(
+            registry=build_registry(),
+            specs_by_mode={mode: mode_tools(root, mode, catalog) for mode in prompts},
+        )
+    except (PromptAssetError, ToolCatalogError) as e:  # a broken install: no mode falls back
+        raise StartupError(f"cannot load the prompt assets: {e}") from e
     for provider in config.providers:
         try:
             provider.api_key()

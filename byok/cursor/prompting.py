@@ -19,13 +19,12 @@ from pathlib import Path
 
 import attrs
 
+from byok.cursor.agent_modes import REQUIRED_MODES
 from byok.model.messages import Message
 from byok.pb.agent import v1 as agent
 
 PLACEHOLDERS = frozenset({"REQUEST_CONTEXT", "OPEN_FILES", "SELECTED_CONTEXT", "TIMESTAMP", "USER_QUERY"})
 REQUIRED_PLACEHOLDERS = ("TIMESTAMP", "USER_QUERY")
-# Modes mode_name() can return; each must ship its own assets (no fallback between modes).
-REQUIRED_MODES = ("agent", "ask", "plan", "debug")
 SYSTEM_FILE = "system.md"
 RUNTIME_FILE = "runtime.md"
 
@@ -99,32 +98,6 @@ def validate_template(template: str, *, source: str = "runtime template") -> Non
     for name in REQUIRED_PLACEHOLDERS:
         if name not in names:
             raise PromptAssetError(f"{source}: template lacks required placeholder {{{{{name}}}}}")
-
-
-_MODE_NAMES = {
-    agent.AgentMode.UNSPECIFIED: "agent",
-    agent.AgentMode.AGENT: "agent",
-    agent.AgentMode.ASK: "ask",
-    agent.AgentMode.PLAN: "plan",
-    agent.AgentMode.DEBUG: "debug",
-}
-
-
-def mode_name(mode: agent.AgentMode) -> str:
-    """Asset directory for a UserMessage.mode.
-
-    TRIAGE, PROJECT, MULTITASK and values unknown to this schema run as "agent": byok ships no
-    assets for them yet, and the full agent is the behaviour the user would otherwise get.
-    """
-    return _MODE_NAMES.get(mode, "agent")
-
-
-def mode_value(name: str) -> agent.AgentMode:
-    """The AgentMode a checkpoint records for a mode the run switched to by name."""
-    for value, mode in _MODE_NAMES.items():
-        if mode == name and value != agent.AgentMode.UNSPECIFIED:
-            return value
-    raise ValueError(f"no AgentMode for mode {name!r}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import attrs
 import betterproto2
 
+from byok.cursor.agent_modes import UnknownModeError, run_mode
 from byok.pb.agent import v1 as agent
 
 
@@ -30,6 +31,13 @@ class RunStart:
     completions: tuple[agent.BackgroundTaskCompletion, ...] = ()
     conversation_group_id: str = ""  # the root conversation of a subagent tree ("" for a root)
     mcp_tools: agent.McpTools | None = None  # MCP tools the client announced in the run request
+    # The run is a subagent's (AgentRunRequest.subagent_type_name): it runs the subagent set.
+    subagent_type: str = ""
+
+    @property
+    def mode_dir(self) -> str:
+        """The mode's asset directory (parse_run_request refused a mode byok does not run)."""
+        return run_mode(self.mode, self.subagent_type)
 
 
 def requested_model_id(req: agent.AgentRunRequest) -> str:
@@ -76,6 +84,11 @@ def parse_run_request(request_id: str, req: agent.AgentRunRequest) -> RunStart:
         mode = user_message.mode
     elif req.conversation_state is not None and req.conversation_state.mode:
         mode = req.conversation_state.mode
+    subagent_type = req.subagent_type_name or ""
+    try:
+        run_mode(mode, subagent_type)
+    except UnknownModeError as e:
+        raise RunRequestError("unimplemented", str(e)) from None
     return RunStart(
         request_id=request_id,
         conversation_id=req.conversation_id,
@@ -88,6 +101,7 @@ def parse_run_request(request_id: str, req: agent.AgentRunRequest) -> RunStart:
         completions=completions,
         conversation_group_id=req.conversation_group_id or "",
         mcp_tools=req.mcp_tools,
+        subagent_type=subagent_type,
     )
 
 
@@ -109,6 +123,7 @@ def encode_start(st: RunStart) -> dict[str, object]:
         "completions": [bytes(c).hex() for c in st.completions],
         "conversation_group_id": st.conversation_group_id,
         "mcp_tools": hexed(st.mcp_tools),
+        "subagent_type": st.subagent_type,
     }
 
 
@@ -130,4 +145,5 @@ def decode_start(obj: dict[str, object]) -> RunStart:
         completions=tuple(agent.BackgroundTaskCompletion().parse(bytes.fromhex(c)) for c in completions),
         conversation_group_id=str(obj.get("conversation_group_id") or ""),
         mcp_tools=parsed(agent.McpTools, obj.get("mcp_tools")),  # type: ignore[arg-type]
+        subagent_type=str(obj.get("subagent_type") or ""),
     )

@@ -14,7 +14,6 @@ import trio
 
 from byok.cursor.client_messages import ClientMessage
 from byok.cursor.exec_router import ExecRouter
-from byok.cursor.prompting import mode_name
 from byok.cursor.request import RunStart
 from byok.cursor.start_plan import first_step
 from byok.cursor.token_details import unmeasured
@@ -53,7 +52,7 @@ class Run:
         assert model is not None, "caller checks the model before starting a run"
         provider = deps.config.provider(model.provider)
         assert provider is not None, "config validation guarantees the provider"
-        mode = mode_name(start.mode)
+        mode = start.mode_dir
         self.driver: Driver | None = None
         memory = sup.memory
         self.ctx = RunContext(

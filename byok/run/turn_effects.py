@@ -20,6 +20,7 @@ import trio
 
 from byok.config import ConfigError
 from byok.cursor import encode, tool_frames
+from byok.cursor.agent_modes import mode_value
 from byok.cursor.checkpoint import (
     Blob,
     Checkpoint,
@@ -29,7 +30,6 @@ from byok.cursor.checkpoint import (
     thinking_step,
 )
 from byok.cursor.exec_router import dispatch
-from byok.cursor.prompting import mode_value
 from byok.cursor.token_details import token_details
 from byok.cursor.tools.base import ArgsStream, ToolOutcome
 from byok.cursor.tools.modes import ModeSwitch

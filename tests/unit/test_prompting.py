@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from byok.cursor.agent_modes import UnknownModeError, mode_name, mode_value, run_mode
 from byok.cursor.prompting import (
     REQUIRED_MODES,
     ModeAssets,
@@ -14,7 +15,6 @@ from byok.cursor.prompting import (
     build_runtime_message,
     default_prompt_root,
     load_prompt_assets,
-    mode_name,
     render_runtime_message,
     request_context_sections,
 )
@@ -72,8 +72,11 @@ def test_real_assets_load() -> None:
         assert isinstance(a, ModeAssets) and a.mode == mode
         assert a.system.strip() and len(a.system.splitlines()) <= 80
         assert "{{TIMESTAMP}}" in a.runtime_template and "{{USER_QUERY}}" in a.runtime_template
-    for mode in ("ask", "plan", "debug"):
+    for mode in ("ask", "plan", "debug", "multitask"):
         assert f"{mode.capitalize()} mode" in assets[mode].runtime_template
+    # Every mode has its own prompt (no mode borrows another's text).
+    systems = [a.system for a in assets.values()]
+    assert len(set(systems)) == len(systems)
 
 
 @pytest.fixture
@@ -86,6 +89,13 @@ def assets_copy(tmp_path: Path) -> Path:
 def test_missing_file(assets_copy: Path, name: str) -> None:
     (assets_copy / "modes" / "plan" / name).unlink()
     with pytest.raises(PromptAssetError, match=f"plan/{name}: required prompt file is missing"):
+        load_prompt_assets(assets_copy)
+
+
+@pytest.mark.parametrize("mode", REQUIRED_MODES)
+def test_every_required_mode_must_be_there(assets_copy: Path, mode: str) -> None:
+    shutil.rmtree(assets_copy / "modes" / mode)
+    with pytest.raises(PromptAssetError, match=f"{mode}: required mode directory is missing"):
         load_prompt_assets(assets_copy)
 
 
@@ -129,8 +139,21 @@ def test_mode_name() -> None:
     assert mode_name(agent.AgentMode.ASK) == "ask"
     assert mode_name(agent.AgentMode.PLAN) == "plan"
     assert mode_name(agent.AgentMode.DEBUG) == "debug"
-    for other in (agent.AgentMode.TRIAGE, agent.AgentMode.PROJECT, agent.AgentMode.MULTITASK):
-        assert mode_name(other) == "agent"
+    assert mode_name(agent.AgentMode.MULTITASK) == "multitask"
+    for other in (agent.AgentMode.TRIAGE, agent.AgentMode.PROJECT, agent.AgentMode(42)):
+        with pytest.raises(UnknownModeError, match=r"byok does not run mode (TRIAGE|PROJECT|42 \(unknown)"):
+            mode_name(other)
+    assert run_mode(agent.AgentMode.ASK, "explore") == "subagent"
+    assert run_mode(agent.AgentMode.ASK, "") == "ask"
+
+
+def test_mode_value_round_trips_the_user_modes() -> None:
+    for value in (agent.AgentMode.AGENT, agent.AgentMode.ASK, agent.AgentMode.PLAN, agent.AgentMode.DEBUG):
+        assert mode_value(mode_name(value)) == value
+    assert mode_value("multitask") == agent.AgentMode.MULTITASK
+    for name in ("subagent", "compaction", "triage"):
+        with pytest.raises(ValueError, match="no AgentMode"):
+            mode_value(name)
 
 
 # --- rendering --------------------------------------------------------------------------------
@@ -275,3 +298,21 @@ def test_user_text_inserted_verbatim_exactly_once(text: str) -> None:
     assert out == baseline.replace(empty_query, f"<user_query>\n{text}\n</user_query>")
     marked = f"\x00{text}\x00"
     assert render(marked, rc=rc).count(marked) == 1
+
+
+@pytest.mark.parametrize("broken", ["multitask/runtime.md", "subagent", "compaction/tools.json"])
+async def test_a_missing_mode_asset_stops_start_up(
+    assets_copy: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, broken: str
+) -> None:
+    from byok import daemon
+    from byok.config_load import load_config
+
+    target = assets_copy / "modes" / broken
+    shutil.rmtree(target) if target.is_dir() else target.unlink()
+    monkeypatch.setattr(daemon, "default_prompt_root", lambda: assets_copy)
+    (tmp_path / "byok.toml").write_text(f'[server]\ndata_dir = "{tmp_path / "data"}"\nport = 0\n')
+    config = load_config(tmp_path / "byok.toml", overrides={})
+    with pytest.raises(daemon.StartupError, match=f"cannot load the prompt assets: .*{broken}") as info:
+        await daemon.run_daemon(config)
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "data").exists()  # stopped before it opened anything

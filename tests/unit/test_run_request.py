@@ -173,6 +173,9 @@ def state(mode: agent.AgentMode | None) -> agent.ConversationStateStructure:
         (Mode.UNSPECIFIED, Mode.DEBUG, Mode.DEBUG),
         (Mode.UNSPECIFIED, Mode.UNSPECIFIED, Mode.AGENT),
         (Mode.UNSPECIFIED, None, Mode.AGENT),
+        (Mode.MULTITASK, Mode.PLAN, Mode.MULTITASK),
+        (Mode.UNSPECIFIED, Mode.MULTITASK, Mode.MULTITASK),
+        (Mode.ASK, Mode.TRIAGE, Mode.ASK),  # a mode byok does not run, overridden by the message
     ],
 )
 def test_mode_resolution(
@@ -181,6 +184,32 @@ def test_mode_resolution(
     req = request(action=user_action(mode=message_mode), conversation_state=state(state_mode))
     start = parse_run_request("rq", wire(req))
     assert start.mode == expected
+    assert start.mode_dir == {Mode.MULTITASK: "multitask"}.get(expected, expected.name.lower())
+
+
+@pytest.mark.parametrize(
+    ("message_mode", "state_mode", "named"),
+    [
+        (Mode.TRIAGE, None, "mode TRIAGE;"),
+        (Mode.PROJECT, Mode.AGENT, "mode PROJECT;"),
+        (Mode.UNSPECIFIED, Mode.PROJECT, "mode PROJECT;"),  # a resumed state's mode is checked too
+        (99, None, "mode 99 (unknown to byok);"),  # a value newer than the schema
+    ],
+)
+def test_a_mode_byok_does_not_run_is_refused_by_name(
+    message_mode: agent.AgentMode, state_mode: agent.AgentMode | None, named: str
+) -> None:
+    req = request(action=user_action(mode=message_mode), conversation_state=state(state_mode))
+    err = error_of(req)
+    assert err.code == "unimplemented"
+    assert named in err.message and "agent, ask, plan, debug, multitask" in err.message
+
+
+def test_a_subagent_run_uses_the_subagent_set_whatever_its_mode() -> None:
+    req = request(action=user_action(mode=Mode.PLAN), subagent_type_name="generalPurpose")
+    start = parse_run_request("rq", wire(req))
+    assert (start.subagent_type, start.mode, start.mode_dir) == ("generalPurpose", Mode.PLAN, "subagent")
+    assert parse_run_request("rq", wire(request())).subagent_type == ""
 
 
 def test_mode_defaults_to_agent_without_state() -> None:

@@ -7,7 +7,8 @@ from pathlib import Path
 import betterproto2
 import pytest
 
-from byok.cursor.prompting import REQUIRED_MODES, default_prompt_root
+from byok.cursor.agent_modes import REQUIRED_MODES
+from byok.cursor.prompting import default_prompt_root
 from byok.cursor.tools.catalog import ToolCatalogError, load_tool_catalog, mode_tools
 from byok.cursor.tools.registry import build_registry, placeholder_call
 from byok.model.messages import canonical_json
@@ -108,7 +109,8 @@ def test_every_mode_manifest_names_catalog_tools(mode: str) -> None:
     catalog = load_tool_catalog(ROOT)
     tools = mode_tools(ROOT, mode, catalog)
     names = [t.name for t in tools]
-    assert names and len(names) == len(set(names))
+    # Compaction's call only summarises: it offers no tools.
+    assert (not names) if mode == "compaction" else (names and len(names) == len(set(names)))
     assert all(catalog[t.name] is t for t in tools)
 
 
@@ -116,6 +118,13 @@ def test_mode_tool_sets() -> None:
     catalog = load_tool_catalog(ROOT)
     names = {mode: [t.name for t in mode_tools(ROOT, mode, catalog)] for mode in REQUIRED_MODES}
     assert set(names["agent"]) == set(EXPECTED_PARAMETERS) == set(names["debug"])
+    # A tool added to the agent's manifest belongs in these two as well (docs/architecture.md).
+    assert names["multitask"] == names["agent"], "prompt/modes/multitask/tools.json: the agent's tools"
+    # Subagents write files and run commands (seeds 000 §32); they never ask the user.
+    assert set(names["subagent"]) == set(names["agent"]) - {"AskQuestion"}, (
+        "prompt/modes/subagent/tools.json: the agent's tools but AskQuestion"
+    )
+    assert names["compaction"] == []
     assert set(names["ask"]) == READ_ONLY
     assert set(names["plan"]) == READ_ONLY | {"Shell"}
     # Manifest order is the order the provider sees.
@@ -237,3 +246,5 @@ def test_malformed_manifest(root: Path, text: str, fragment: str) -> None:
 
 def test_missing_manifest(root: Path) -> None:
     assert "file is missing" in manifest_error(root, mode="nosuchmode")
+    (root / "modes" / "multitask" / "tools.json").unlink()
+    assert "multitask/tools.json: file is missing" in manifest_error(root, mode="multitask")
