@@ -11,6 +11,7 @@ from pathlib import Path
 
 from byok.commands.config_args import load_from_args
 from byok.commands.serve import EXIT_CONFIG, cmd_serve
+from byok.commands.simulate import EXIT_INTERRUPTED, MODES
 from byok.config import ConfigError
 from byok.log_setup import LEVELS
 from byok.version import byok_version
@@ -138,11 +139,26 @@ def build_parser() -> argparse.ArgumentParser:
     install = ca_sub.add_parser("install", help="print (not run) the commands that trust byok's CA")
     _config_flags(install, listen=False)
     install.set_defaults(func=cmd_ca_install)
-    sim = sub.add_parser("simulate", help="drive one agent turn against a running daemon, like Cursor would")
+    sim = sub.add_parser(
+        "simulate", help="drive one agent turn against a running daemon like Cursor would, tools included"
+    )
     sim.add_argument("prompt", help="the message to send")
-    sim.add_argument("--url", default="http://127.0.0.1:8790", help="the daemon's address")
-    sim.add_argument("--model", required=True, help="the model id to run")
-    sim.add_argument("--conversation", help="continue this conversation id (default: a new one)")
+    _config_flags(sim, listen=False)
+    sim.add_argument(
+        "--url",
+        help="the daemon's address (default: the one running on the config's data dir, else its host:port)",
+    )
+    sim.add_argument("--model", metavar="ID", help="the model id to run (default: the config's first model)")
+    sim.add_argument("--mode", choices=MODES, default="agent", help="Cursor's agent mode (default: agent)")
+    sim.add_argument("--conversation", metavar="ID", help="continue this conversation (default: a new one)")
+    sim.add_argument(
+        "--workspace",
+        metavar="DIR",
+        help="the folder the tools read, write and run in (default: a new temporary one)",
+    )
+    sim.add_argument(
+        "--frames", action="store_true", help="print every frame the daemon sends, one line each"
+    )
     sim.set_defaults(func=_lazy("simulate", "cmd_simulate"))
     rp = sub.add_parser(
         "replay", help="run a recorded run again from its input log ([logging] record_runs) and compare"
@@ -168,4 +184,8 @@ def _lazy(module: str, name: str) -> Callable[[argparse.Namespace], int]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:  # Ctrl-C where a command does not handle it itself
+        print("byok: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

@@ -172,8 +172,10 @@ class CursorSim:
         *,
         sse_first: bool = True,
         on_frame: Callable[[Recorded, Transcript], list[agent.AgentClientMessage]] | None = None,
+        cancel: trio.Event | None = None,
     ) -> Transcript:
-        """Drive one run to its end-stream. ``on_frame`` may return extra client messages to send."""
+        """Drive one run to its end-stream. ``on_frame`` may return extra client messages to send;
+        once ``cancel`` is set the run is cancelled (the user's stop button) and read to its end."""
         tr = Transcript()
         seq = 0
         set_ids: dict[int, bytes] = {}  # kv id -> blob id of each SET the server sent
@@ -312,11 +314,26 @@ class CursorSim:
                     with trio.CancelScope(shield=True):
                         await read_done.wait()
 
+        watching = trio.CancelScope()
+
+        async def read_all() -> None:
+            try:
+                await read_stream()
+            finally:
+                watching.cancel()  # a run that ended needs no cancel
+
+        async def cancel_when_set(event: trio.Event) -> None:
+            with watching:
+                await event.wait()
+                await send(cancel_message())
+
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(read_stream)
+            nursery.start_soon(read_all)
             if sse_first:
                 await opened.wait()
             await send(agent.AgentClientMessage(run_request=run_request))
+            if cancel is not None:
+                nursery.start_soon(cancel_when_set, cancel)
         return tr
 
     def auto_reply(
@@ -345,6 +362,13 @@ class CursorSim:
             data = self.blobs.get(kv.get_blob_args.blob_id)
             reply = agent.KvClientMessage(id=kv.id, get_blob_result=agent.GetBlobResult(blob_data=data))
         return [agent.AgentClientMessage(kv_client_message=reply)]
+
+
+def cancel_message() -> agent.AgentClientMessage:
+    """What Cursor sends when the user stops a run."""
+    return agent.AgentClientMessage(
+        conversation_action=agent.ConversationAction(cancel_action=agent.CancelAction())
+    )
 
 
 def interaction_answer(query: agent.InteractionQuery, **result: object) -> agent.AgentClientMessage:

@@ -89,8 +89,9 @@ def test_a_daemon_that_cannot_start_says_why_in_one_line(tmp_path: Path) -> None
 def test_simulate_without_a_daemon_says_so_in_one_line() -> None:
     result = byok("simulate", "--url", "http://127.0.0.1:9", "--model", "byok-demo", "hi")
     assert result.returncode == 1
-    assert result.stderr.startswith("byok: cannot reach a daemon at http://127.0.0.1:9: "), result.stderr
-    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    lines = result.stderr.splitlines()
+    assert lines[-1].startswith("byok: cannot reach a daemon at http://127.0.0.1:9: "), result.stderr
+    assert "Traceback" not in result.stderr and len(lines) == 3  # after what it was about to do
 
 
 async def test_serve_and_simulate_as_subprocesses(tmp_path: Path, nursery: trio.Nursery) -> None:
@@ -118,16 +119,24 @@ async def test_serve_and_simulate_as_subprocesses(tmp_path: Path, nursery: trio.
                             break
                     except httpx.TransportError:
                         await trio.sleep(0.05)
-        sim = await trio.run_process(
-            [sys.executable, "-m", "byok", "simulate", "--url", base, "--model", "byok-demo", "say hello"],
-            cwd=ROOT,
-            capture_stdout=True,
-            check=False,
-        )
-        out = sim.stdout.decode()
-        assert sim.returncode == 0, out
-        assert "text: Hello from the fake model" in out
-        assert "end-stream: {}" in out
+        simulate = [
+            sys.executable,
+            "-m",
+            "byok",
+            "simulate",
+            "--url",
+            base,
+            "--model",
+            "byok-demo",
+            "say hello",
+        ]
+        sim = await trio.run_process(simulate, cwd=ROOT, capture_stdout=True, check=False)
+        assert sim.returncode == 0 and sim.stdout.decode() == "Hello from the fake model\n"
+        provider.enqueue(chat_text_script(["Hello again"]))
+        sim = await trio.run_process([*simulate, "--frames"], cwd=ROOT, capture_stdout=True, check=False)
+        frames = sim.stdout.decode().splitlines()
+        assert sim.returncode == 0 and "frame: interaction_update.text_delta 'Hello again'" in frames
+        assert "frame: interaction_update.turn_ended" in frames and "frame: conversation_checkpoint" in frames
     finally:
         daemon.send_signal(signal.SIGTERM)
         with trio.fail_after(15):
