@@ -147,10 +147,14 @@ def build_checkpoint(
     mode: agent.AgentMode,
     root_of: Callable[[Message], Blob] = root_blob,
     roots: RootList | None = None,
+    summary: str | None = None,
+    summaries: int = 0,
 ) -> Checkpoint:
     """``root_of``: a message's root blob, with empty data when the client holds it already (such
     a blob is listed, not sent). ``roots``: the conversation's RootList, so a growing history
-    only works out the roots of what is new; without one every root is worked out."""
+    only works out the roots of what is new; without one every root is worked out.
+    ``summary``: the text of the summary a compacted history starts with; ``summaries``: how many
+    compactions the conversation has had (self_summary_count)."""
     system = system_root(system_prompt)
     entries, blobs = (roots or RootList()).entries(stable, root_of)
     blobs.insert(0, system)
@@ -165,13 +169,24 @@ def build_checkpoint(
         pending_tool_calls=[encode_root(m).decode() for m in pending],
         token_details=token_details,
         mode=mode,
+        self_summary_count=summaries,
     )
+    if summary is not None:
+        summary_blob = Blob.of(conversation_summary(summary))
+        blobs.append(summary_blob)
+        rest.summary = summary_blob.id
     # The two id lists (one entry per message and per turn) hand-encoded: betterproto2 takes
     # ~2 us per entry. They are the schema's first two fields, which betterproto2 writes first.
     state = b"".join(
         (_repeated_bytes(_ROOTS_KEY, [system.id]), entries, _repeated_bytes(_TURNS_KEY, turns), bytes(rest))
     )
     return Checkpoint(state, tuple(_dedupe(blobs)), turn_id)
+
+
+def conversation_summary(text: str) -> bytes:
+    """A ConversationSummary{summary = 1} (not in byok's proto subset: one string field)."""
+    data = text.encode()
+    return b"\x0a" + encode.varint(len(data)) + data
 
 
 class RootList:

@@ -70,6 +70,8 @@ def parse_run_request(request_id: str, req: agent.AgentRunRequest) -> RunStart:
         context = value.request_context
     elif isinstance(value, agent.ResumeAction):
         context = value.request_context
+    elif isinstance(value, agent.SummarizeAction):
+        pass  # compacts the history the client's checkpoint holds; no new input
     elif isinstance(value, agent.BackgroundTaskCompletionAction):
         completions = tuple(value.completions)
         if not completions:

@@ -43,7 +43,8 @@ def plan_start(st: RunStart, head_version: int, appended: bool) -> StartPlan:
             imports=not appended, append_runtime=not appended, resume=False, completions=(), turn="user"
         )
     imports = head_version == 0 and may_import(st)
-    if st.action == "resume_action":
+    if st.action in ("resume_action", "summarize_action"):
+        # A summary compacts the history at the client's checkpoint, as a resume finds it.
         if not may_import(st):  # a checkpoint without roots: nothing to move to
             return StartPlan(imports, False, False, (), "empty")
         assert st.client_state is not None
@@ -73,8 +74,10 @@ def ends_with_answer(messages: tuple[Message, ...]) -> bool:
 
 def first_step(
     action: str, staged: Message | None, messages: tuple[Message, ...]
-) -> Literal["call", "tools", "final"]:
+) -> Literal["call", "tools", "final", "compact"]:
     """What the turn machine does first (its Begin's ``start``)."""
+    if action == "summarize_action":
+        return "compact"
     if staged is not None:
         return "tools"  # a resume of a staged round: its tools run again, no provider call
     if action == "resume_action" and ends_with_answer(messages):

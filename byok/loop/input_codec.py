@@ -88,7 +88,7 @@ def decode_event(v: list[Any]) -> ev.ModelEvent:
 
 
 def _failed(f: Failed) -> dict[str, Any]:
-    return {"code": f.code, "message": f.message, "provider": f.provider}
+    return {"code": f.code, "message": f.message, "provider": f.provider, "overflow": f.overflow}
 
 
 def encode_input(inp: Input) -> dict[str, Any]:
@@ -146,7 +146,8 @@ def decode_input(obj: dict[str, Any]) -> Input:
             case "model_end":
                 return ModelEnded()
             case "model_failed":
-                return ModelFailed(Failed(obj["code"], obj["message"], obj["provider"]))
+                overflow = obj.get("overflow", False)
+                return ModelFailed(Failed(obj["code"], obj["message"], obj["provider"], overflow))
             case "committed":
                 return Committed()
             case "published":

@@ -126,7 +126,15 @@ def model_failed(s: TurnState, inp: ModelFailed) -> Result:
     if s.settling:
         # The committed results' checkpoint still goes out; the run ends after it.
         return replace(s, call_failure=inp.failure), []
+    if _may_compact_after(s, inp.failure):
+        return compact(s, [], gated=False)
     return end_turn(s, inp.failure)
+
+
+def _may_compact_after(s: TurnState, failure: Failed) -> bool:
+    """A call the provider refused as too long, before anything of it was shown, in a run that
+    has not compacted yet: the turn compacts and calls again instead of failing."""
+    return failure.overflow and not s.shown and not s.compactions and s.phase == "calling"
 
 
 def settled_published(s: TurnState, inp: Published) -> Result:
@@ -134,7 +142,10 @@ def settled_published(s: TurnState, inp: Published) -> Result:
         raise LoopProtocolError(f"published {inp.kind} while calling the model")
     s = replace(s, settling=False)
     if s.call_failure is not None:
-        s, end = end_turn(s, s.call_failure)
+        failure = s.call_failure
+        if _may_compact_after(s, failure):
+            return compact(replace(s, call_failure=None), [Reveal("settled")], gated=False)
+        s, end = end_turn(s, failure)
         return s, [Reveal("settled"), *end]
     return s, [Reveal("settled")]
 

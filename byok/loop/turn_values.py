@@ -34,6 +34,9 @@ class Failed:
     code: str  # a Connect error code
     message: str
     provider: bool = False  # a provider's failure: the client shows it as the provider's error
+    # The provider said the request did not fit the model's context window: the turn may
+    # compact its history and call again.
+    overflow: bool = attrs.field(default=False, eq=False)
 
 
 Outcome = Succeeded | Canceled | Failed

@@ -201,7 +201,8 @@ async def stream_model(
             hint += output_limit_hint(ctx.model, ctx.adapter.kind)
         elif ctx.model is not None and exceeds_context(e):
             hint += context_hint(ctx.model)
-        exc, failure = e, Failed("unavailable", e.message + hint, provider=True)
+        overflow = exceeds_context(e)
+        exc, failure = e, Failed("unavailable", e.message + hint, provider=True, overflow=overflow)
     except ModelProtocolError as e:
         exc, failure = e, Failed("unavailable", f"provider stream broke protocol: {e}", provider=True)
     except BaseException as e:  # cancellation, or a bug: recorded, then re-raised

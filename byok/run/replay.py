@@ -85,16 +85,20 @@ class _Model:
 class ReplayEffects(TurnEffects):
     """The live effects, with the waiting done by the log."""
 
-    def __init__(self, ctx: RunContext, kind: str, template: ModelRequest) -> None:
+    def __init__(self, ctx: RunContext, kind: str, template: ModelRequest, compaction: str = "") -> None:
         super().__init__(ctx, nursery=None)  # type: ignore[arg-type]
         self.kind = kind
         self.template = template
+        self.compaction = compaction  # the compaction call's instruction
         self.requests: list[bytes] = []
         self._committing: Commit | None = None
 
     def _spawn(self, work: Callable[[Command], Awaitable[Input | None]], command: Command) -> None:
         if isinstance(command, CallModel):
-            request = attrs.evolve(self.template, history=project(self.ctx.head.messages))
+            messages = self.ctx.head.messages
+            if command.compact:
+                messages = (*messages, Message(role="user", origin="runtime", text=self.compaction))
+            request = attrs.evolve(self.template, history=project(messages))
             self.requests.append(adapter_for(self.kind).render(request).body)
         elif isinstance(command, Commit):
             self._committing = command
@@ -104,9 +108,8 @@ class ReplayEffects(TurnEffects):
         if commit is None:
             raise ReplayError("the log says committed with no commit under way")
         head = self.ctx.head
-        self.ctx.head = attrs.evolve(
-            head, version=head.version + 1, messages=(*head.messages, *commit.messages)
-        )
+        kept = () if commit.rebase else head.messages
+        self.ctx.head = attrs.evolve(head, version=head.version + 1, messages=(*kept, *commit.messages))
 
 
 @attrs.frozen
@@ -198,7 +201,7 @@ def _world(start: dict[str, Any]) -> tuple[ReplayEffects, Driver, FrameSink]:
         cache_key=s["cache_key"],
     )
     template = ModelRequest(system=start["system"], tools=tools, history=(), settings=settings)
-    effects = ReplayEffects(ctx, start["provider_kind"], template)
+    effects = ReplayEffects(ctx, start["provider_kind"], template, start.get("compaction", ""))
     driver = Driver(effects)
     effects.driver = driver
     driver_box.append(driver)

@@ -77,6 +77,7 @@ def start_line(ctx: RunContext, kv_next_id: int) -> dict[str, Any]:
         "mode": c.mode,
         "backends": sorted(c.tool_env.backends),
         "system": c.assets.system,
+        "compaction": c.deps.prompts["compaction"].system if "compaction" in c.deps.prompts else "",
         "tools": [[t.name, t.description, t.parameters_json] for t in c.tool_specs],
         "head": {
             "conversation_id": head.conversation_id,

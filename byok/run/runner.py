@@ -19,6 +19,7 @@ from byok.cursor.start_plan import first_step
 from byok.cursor.token_details import unmeasured
 from byok.cursor.tools.base import ToolOutcome
 from byok.cursor.tools.env import ToolEnv
+from byok.loop import compaction
 from byok.loop.turn_values import (
     Begin,
     Cancel,
@@ -247,8 +248,12 @@ class Run:
             # (once per conversation: later checkpoints of the run need no store trip).
             c.memory.recall(await c.deps.store.root_ids_at(c.head.revision_id))
         start = first_step(st.action, point.staged, c.head.messages)
+        if start == "compact" and not c.head.messages:
+            return Fault(Failed("failed_precondition", "the conversation has no history to summarize"))
         offered = frozenset(s.name for s in c.tool_specs)
         known = frozenset(c.deps.tools.registry)
+        # The first request: the last one the client measured, and what this run appended.
+        estimate = c.details.used_tokens + (compaction.tokens_of(runtime.text) if runtime is not None else 0)
         return Begin(
             request_id=st.request_id,
             mode=c.mode,
@@ -257,4 +262,7 @@ class Run:
             carded=offered & known,
             known=known,
             staged=point.staged,
+            context_limit=compaction.context_limit(c.model.context_tokens, c.model.max_output_tokens),
+            estimate=estimate,
+            summaries=compaction.summary_count(c.head.messages),
         )

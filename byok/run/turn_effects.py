@@ -30,10 +30,12 @@ from byok.cursor.checkpoint import (
     thinking_step,
 )
 from byok.cursor.exec_router import dispatch
+from byok.cursor.prompting import ModeAssets
 from byok.cursor.token_details import token_details
 from byok.cursor.tools.base import ArgsStream, ToolOutcome
 from byok.cursor.tools.modes import ModeSwitch
 from byok.loop import emits as em
+from byok.loop.compaction import summary_count, summary_text
 from byok.loop.turn_values import (
     Ahead,
     AnswerStep,
@@ -208,8 +210,13 @@ class TurnEffects:
             history=(),
             settings=model_settings(c.model, c.provider, c.start.conversation_id),
         )
+        messages = c.head.messages
+        if command.compact:
+            # The history as it stands, then the instruction: the same system prompt and tools
+            # keep the provider's prompt cache for the whole history (the summary call reads it).
+            messages = (*messages, compaction_instruction(c.deps.prompts))
         request = await c.deps.renders.request(
-            c.deps.store, c.start.conversation_id, c.head.messages, c.provider.kind, template
+            c.deps.store, c.start.conversation_id, messages, c.provider.kind, template
         )
         call = run_call_context(
             request_id=c.start.request_id,
@@ -282,7 +289,11 @@ class TurnEffects:
         assert isinstance(command, Commit)
         c = self.ctx
         c.head = await c.deps.store.append(
-            c.start.conversation_id, c.head.version, list(command.messages), c.deps.wall_ms()
+            c.start.conversation_id,
+            c.head.version,
+            list(command.messages),
+            c.deps.wall_ms(),
+            rebase=command.rebase,
         )
         if isinstance(command.ahead, ResultBlobs):
             crash_point("tool_result_committed")
@@ -293,6 +304,10 @@ class TurnEffects:
     ) -> tuple[Checkpoint, ...]:
         if isinstance(checkpoint, SettledCheckpoint):
             return (self._checkpoint(self.ctx.head.messages, [], checkpoint.steps),)
+        if isinstance(checkpoint, FinalCheckpoints) and checkpoint.compacted:
+            # A compaction run's end: the compacted history's checkpoint, the same three times.
+            compacted = self._checkpoint(self.ctx.head.messages, [], checkpoint.steps)
+            return compacted, compacted
         prepared, self._prepared = self._prepared, None
         if prepared is not None and prepared[0] is checkpoint:
             return prepared[1]
@@ -352,6 +367,7 @@ class TurnEffects:
         self, stable: tuple[Message, ...], pending: list[Message], steps: tuple[Step, ...]
     ) -> Checkpoint:
         c = self.ctx
+        first = stable[0] if stable else None
         return build_checkpoint(
             system_prompt=c.assets.system,
             stable=stable,
@@ -362,6 +378,8 @@ class TurnEffects:
             mode=c.agent_mode,
             root_of=c.memory.root_of,
             roots=c.memory.root_list,
+            summary=summary_text(first) if first is not None and first.origin == "summary" else None,
+            summaries=summary_count(stable),
         )
 
     def _turn_of(self, steps: tuple[Step, ...]) -> TurnRecord:
@@ -407,6 +425,11 @@ class TurnEffects:
         assistant = c.head.messages[-1] if c.head.messages else None
         if assistant is not None and assistant.tool_calls:
             c.kv.offer([c.memory.root_of(assistant, with_data=True)])
+
+
+def compaction_instruction(prompts: dict[str, ModeAssets]) -> Message:
+    """The request a compaction call ends with (not committed: the summary replaces it all)."""
+    return Message(role="user", origin="runtime", text=prompts["compaction"].system)
 
 
 def tool_done(call_id: str, outcome: ToolOutcome) -> ToolDone:

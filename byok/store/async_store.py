@@ -80,6 +80,7 @@ class AsyncStore:
         *,
         event_id: str | None = None,
         input_id: str | None = None,
+        rebase: bool = False,
     ) -> Head:
         return await self.call(
             SQLiteStore.append,
@@ -89,6 +90,7 @@ class AsyncStore:
             now_ms,
             event_id=event_id,
             input_id=input_id,
+            rebase=rebase,
         )
 
     async def move_head(

@@ -120,6 +120,7 @@ class SQLiteStore:
         event_id: str | None = None,
         input_id: str | None = None,
         start_run: tuple[str, str] | None = None,
+        rebase: bool = False,
     ) -> Head:
         """Append ``messages`` as a new head revision, if the conversation is still at
         ``expected_version`` (0 = does not exist yet). Raises StaleRevision otherwise.
@@ -129,6 +130,8 @@ class SQLiteStore:
         consumed nothing is appended and the current head is returned (whatever its version), so a
         retry replays instead of appending twice. ``input_id``: the first time it is seen, the head
         before this append is recorded as the point an edit of that input branches from.
+        ``rebase``: the messages start a new history (a compaction's summary): the new revision
+        is a root, and the head's old revisions stay as they are.
         """
         if not messages:
             raise ValueError("append needs at least one message")
@@ -141,6 +144,8 @@ class SQLiteStore:
                 head = self._head(conn, conversation_id)
             else:
                 parent = revisions.claim(conn, conversation_id, expected_version, now_ms)
+                if rebase:
+                    parent = None
                 parent_count = revisions.message_count(conn, parent)
                 conn.executemany(
                     "INSERT OR IGNORE INTO messages (id, data) VALUES (?, ?)", zip(ids, encoded, strict=True)
