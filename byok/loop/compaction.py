@@ -1,8 +1,9 @@
 """Compaction as values: when a request would not fit, the summary message that replaces the
 history, and how many summaries a history holds (sans-IO; the turn machine decides with these).
 
-A compacted history starts over with one message: the summary, a ``role=user, origin=summary``
-message. It is committed as a new root revision, so the older messages stay in the store and in
+A compacted history starts over with the summary, a ``role=user, origin=summary`` message (and
+the user's new message when the turn compacts before its first call). It is committed as a new
+root revision, so the older messages stay in the store and in
 their revisions (history is append-only; an edit or a restore of an older checkpoint still finds
 them) and leave the provider's projection.
 """
@@ -34,6 +35,15 @@ def context_limit(context_tokens: int, max_output_tokens: int | None) -> int:
 def next_request(usage: Usage) -> int:
     """The next request of the turn holds this call's prompt and its output, at least."""
     return usage.input_tokens + usage.output_tokens
+
+
+def kept_tail(messages: tuple[Message, ...]) -> int:
+    """Where the summarized part of ``messages`` ends: a history that ends with the user's new
+    message (the turn compacts before its first call) keeps that message as it is, after the
+    summary; any other history is summarized whole."""
+    if messages and messages[-1].role == "user" and messages[-1].origin in ("user", "runtime"):
+        return len(messages) - 1
+    return len(messages)
 
 
 def summary_count(messages: tuple[Message, ...]) -> int:

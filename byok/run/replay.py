@@ -28,6 +28,7 @@ from byok.cursor.request import decode_start
 from byok.cursor.token_details import decode_details
 from byok.cursor.tools.env import ToolEnv
 from byok.cursor.tools.registry import build_registry
+from byok.loop.compaction import kept_tail
 from byok.loop.input_codec import decode_input
 from byok.loop.model_call import ModelProtocolError
 from byok.loop.turn_values import CallModel, Command, Commit, Committed, Input, Outcome
@@ -97,7 +98,8 @@ class ReplayEffects(TurnEffects):
         if isinstance(command, CallModel):
             messages = self.ctx.head.messages
             if command.compact:
-                messages = (*messages, Message(role="user", origin="runtime", text=self.compaction))
+                summarized = messages[: kept_tail(messages)]
+                messages = (*summarized, Message(role="user", origin="runtime", text=self.compaction))
             request = attrs.evolve(self.template, history=project(messages))
             self.requests.append(adapter_for(self.kind).render(request).body)
         elif isinstance(command, Commit):
@@ -108,8 +110,11 @@ class ReplayEffects(TurnEffects):
         if commit is None:
             raise ReplayError("the log says committed with no commit under way")
         head = self.ctx.head
-        kept = () if commit.rebase else head.messages
-        self.ctx.head = attrs.evolve(head, version=head.version + 1, messages=(*kept, *commit.messages))
+        if commit.rebase:  # as TurnEffects._commit: the summary, then what it did not summarize
+            messages = (*commit.messages, *head.messages[kept_tail(head.messages) :])
+        else:
+            messages = (*head.messages, *commit.messages)
+        self.ctx.head = attrs.evolve(head, version=head.version + 1, messages=messages)
 
 
 @attrs.frozen

@@ -35,7 +35,7 @@ from byok.cursor.token_details import token_details
 from byok.cursor.tools.base import ArgsStream, ToolOutcome
 from byok.cursor.tools.modes import ModeSwitch
 from byok.loop import emits as em
-from byok.loop.compaction import summary_count, summary_text
+from byok.loop.compaction import kept_tail, summary_count, summary_text
 from byok.loop.turn_values import (
     Ahead,
     AnswerStep,
@@ -214,7 +214,8 @@ class TurnEffects:
         if command.compact:
             # The history as it stands, then the instruction: the same system prompt and tools
             # keep the provider's prompt cache for the whole history (the summary call reads it).
-            messages = (*messages, compaction_instruction(c.deps.prompts))
+            summarized = messages[: kept_tail(messages)]
+            messages = (*summarized, compaction_instruction(c.deps.prompts))
         request = await c.deps.renders.request(
             c.deps.store, c.start.conversation_id, messages, c.provider.kind, template
         )
@@ -288,12 +289,11 @@ class TurnEffects:
     async def _commit(self, command: Command) -> Input:
         assert isinstance(command, Commit)
         c = self.ctx
+        messages = list(command.messages)
+        if command.rebase:  # the summary, then the part of the history it did not summarize
+            messages += c.head.messages[kept_tail(c.head.messages) :]
         c.head = await c.deps.store.append(
-            c.start.conversation_id,
-            c.head.version,
-            list(command.messages),
-            c.deps.wall_ms(),
-            rebase=command.rebase,
+            c.start.conversation_id, c.head.version, messages, c.deps.wall_ms(), rebase=command.rebase
         )
         if isinstance(command.ahead, ResultBlobs):
             crash_point("tool_result_committed")

@@ -7,8 +7,18 @@ from __future__ import annotations
 import attrs
 import pytest
 
-from byok.loop import ids
-from byok.loop.emits import TextOut, ThinkingDone, ThinkingOut, TokensOut, ToolArgsOut, ToolCallOpened
+from byok.loop import compaction, ids
+from byok.loop.emits import (
+    SummaryDone,
+    SummaryOut,
+    SummaryStarted,
+    TextOut,
+    ThinkingDone,
+    ThinkingOut,
+    TokensOut,
+    ToolArgsOut,
+    ToolCallOpened,
+)
 from byok.loop.model_call import ModelProtocolError
 from byok.loop.turn import TABLE, LoopProtocolError, TurnState, refusal, table_rows, transition
 from byok.loop.turn_values import (
@@ -354,3 +364,77 @@ def test_a_mode_switch_outside_a_tool_round_is_a_loop_protocol_error() -> None:
     s, _ = run(TurnState(), BEGIN)
     with pytest.raises(LoopProtocolError):
         transition(s, ModeSwitched("plan", frozenset()))
+
+
+# --- compaction --------------------------------------------------------------------------------
+
+
+def summary_call(*texts: str) -> ModelEvents:
+    return ModelEvents(
+        (ev.Started(), *(ev.TextDelta(t) for t in texts), ev.UsageReported(USAGE), ev.Done("stop")), 3.0
+    )
+
+
+def test_a_request_past_the_limit_compacts_first_then_calls_on_the_summary() -> None:
+    begin = attrs.evolve(BEGIN, context_limit=1000, estimate=1500, summaries=2)
+    s, out = run(TurnState(), begin)
+    assert out == [CallModel(MC1, compact=True)] and s.phase == "compacting"
+    s, out = transition(s, summary_call("All ", "so far."))
+    assert out == [
+        Show((SummaryStarted(), SummaryOut("All "), SummaryOut("so far."), TokensOut(10))),
+        Flush(),
+    ]
+    s, out = transition(s, ModelEnded())
+    (usage, commit) = out
+    assert usage == CallUsage(USAGE) and commit.rebase
+    (summary,) = commit.messages
+    assert summary.origin == "summary" and summary.event_id == f"summary:3:{RID}"
+    assert compaction.summary_text(summary) == "All so far." and compaction.summary_count((summary,)) == 3
+    s, out = transition(s, Committed())
+    assert out == [Show((SummaryDone(),)), Flush(), CallModel(MC2)]
+    # One compaction per run: a summary that is still too long does not start another.
+    s, _ = run(s, tool_call(("c1", "Read")), ModelEnded(), Committed(), Published("staged"))
+    s, out = run(s, done("c1", "x" * 9000), Committed())
+    assert out[-1] == CallModel(ids.model_call_id(RID, 3), gated=True)
+
+
+def test_a_round_that_fills_the_window_compacts_before_the_next_call() -> None:
+    begin = attrs.evolve(BEGIN, context_limit=1000)
+    s, _ = at_tools(("c1", "Read"), begin=begin)
+    s, out = run(s, done("c1", "x" * 3000), Committed())
+    assert out[-2:] == [Publish(SettledCheckpoint(s.steps)), CallModel(MC2, gated=True, compact=True)]
+    # Its output waits for the settled checkpoint, as any gated call's.
+    with pytest.raises(LoopProtocolError):
+        transition(s, summary_call("x"))
+    s, out = transition(s, Published("settled"))
+    assert out == [Reveal("settled")]
+
+
+def test_a_provider_refusing_the_length_compacts_and_calls_again() -> None:
+    too_long = Failed("unavailable", "maximum context length", provider=True, overflow=True)
+    s, _ = run(TurnState(), attrs.evolve(BEGIN, context_limit=100_000))
+    s, out = transition(s, ModelFailed(too_long))
+    assert out == [CallModel(MC2, compact=True)]
+    # A compaction refused as too long too ends the run, saying the history is unchanged.
+    s, out = transition(s, ModelFailed(too_long))
+    (end,) = out
+    assert isinstance(end, End) and end.outcome.message.startswith(
+        "compaction failed: maximum context length"
+    )
+    assert "history is unchanged" in end.outcome.message
+
+
+def test_summarize_action_compacts_and_ends_with_the_compacted_checkpoints() -> None:
+    s, out = run(TurnState(), attrs.evolve(BEGIN, start="compact"))
+    assert out == [CallModel(MC1, compact=True)]
+    s, out = run(s, summary_call("S"), ModelEnded(), Committed())
+    assert out[-1] == Publish(FinalCheckpoints((), None, USAGE, compacted=True))
+    s, out = transition(s, Published("final"))
+    assert out == [Reveal("final"), End(Succeeded(), USAGE)]
+
+
+def test_an_empty_summary_fails_the_run_and_commits_nothing() -> None:
+    s, _ = run(TurnState(), attrs.evolve(BEGIN, start="compact"))
+    s, out = run(s, summary_call("  "), ModelEnded())
+    assert not any(isinstance(c, Commit) for c in out)
+    assert isinstance(out[-1], End) and "no summary" in out[-1].outcome.message
