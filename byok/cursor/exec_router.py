@@ -32,6 +32,7 @@ from byok.cursor.tools.base import (
     ToolOutcome,
     Update,
 )
+from byok.cursor.tools.error_cards import unknown_tool_call, unknown_tool_error, with_error
 from byok.model.messages import ToolCall
 from byok.pb.agent import v1 as agent
 
@@ -192,29 +193,39 @@ def dispatch(
     refused: Mapping[str, str],
     env: object = None,
 ) -> None:
-    """Start every call of a round, in the model's order: a refused one (a tool the run did not
-    offer) and one with unusable arguments finish at once with an error, never executed."""
+    """Start every call of a round, in the model's order. Every call gets its started card; a
+    refused one (a tool the run did not offer, or one byok does not know) and one with unusable
+    arguments finish at once with an error card, never executed."""
     for call in calls:
         reason = refused.get(call.call_id)
         tool = registry.get(call.name)
-        if reason is not None or tool is None:
-            text = reason or f"Error: unknown tool '{call.name}'"
-            router.finish_now(call.call_id, ToolOutcome(content=text, is_error=True, ui=agent.ToolCall()))
+        if tool is None:
+            text = reason or f"Error: unknown tool '{call.name}'; it was not run."
+            card = unknown_tool_call(call.name, call.call_id, call.arguments)
+            send(tool_frames.started(call.call_id, card, model_call_id))
+            card = unknown_tool_error(call.name, call.call_id, call.arguments, text)
+            router.finish_now(call.call_id, ToolOutcome(content=text, is_error=True, ui=card))
             continue
-        try:
-            raw = json.loads(call.arguments or "{}")
-            if not isinstance(raw, dict):
-                raise ToolArgError("arguments must be a JSON object")
-            args = tool.parse(raw)
-        except (ValueError, ToolArgError) as e:
-            problem = f"invalid JSON arguments: {e}" if isinstance(e, ValueError) else str(e)
-            outcome = ToolOutcome(
-                content=f"Error: {call.name} was not run: {problem}",
-                is_error=True,
-                ui=tool.tool_call(tool.placeholder()),
-            )
-            router.finish_now(call.call_id, outcome)
+        args, problem = _parsed(tool, call.arguments)
+        started = tool.tool_call(tool.placeholder() if args is None else tool.ui(args))
+        send(tool_frames.started(call.call_id, started, model_call_id))
+        if reason is not None or args is None:
+            text = reason or f"Error: {call.name} was not run: {problem}"
+            card = with_error(tool.tool_call(tool.placeholder() if args is None else tool.ui(args)), text)
+            router.finish_now(call.call_id, ToolOutcome(content=text, is_error=True, ui=card))
             continue
-        send(tool_frames.started(call.call_id, tool.tool_call(tool.ui(args)), model_call_id))
         invocation = Invocation(call.call_id, call.name, model_call_id, args, env)
         router.begin(call.call_id, model_call_id, tool.execute(invocation))
+
+
+def _parsed(tool: ToolDef, arguments: str) -> tuple[Mapping[str, object] | None, str]:
+    """The call's validated arguments, or None and what is wrong with them."""
+    try:
+        raw = json.loads(arguments or "{}")
+        if not isinstance(raw, dict):
+            raise ToolArgError("arguments must be a JSON object")
+        return tool.parse(raw), ""
+    except ValueError as e:
+        return None, f"invalid JSON arguments: {e}"
+    except ToolArgError as e:
+        return None, str(e)

@@ -23,10 +23,6 @@ from __future__ import annotations
 import attrs
 
 from byok.loop import compaction, ids
-from byok.loop.emits import (
-    ToolArgsOut,
-    ToolCallOpened,
-)
 from byok.loop.replace import replace
 from byok.loop.turn_compaction import summary_committed, summary_ended, summary_events, summary_failed
 from byok.loop.turn_round import (
@@ -116,21 +112,10 @@ def _model_events(s: TurnState, inp: ModelEvents) -> Result:
     fold, emits = s.fold.handle_all(inp.events, inp.now_s)
     if not emits:
         return replace_state(s, fold=fold), []
-    for e in emits:
-        if type(e) in _TOOL_EMITS and e.name not in s.carded:  # type: ignore[union-attr]
-            # A tool the run did not offer (or one without a card) draws nothing.
-            carded = s.carded
-            emits = [e for e in emits if type(e) not in _TOOL_EMITS or e.name in carded]  # type: ignore[union-attr]
-            if not emits:
-                return replace_state(s, fold=fold), []
-            break
     if s.shown:
         return replace_state(s, fold=fold), [Show(tuple(emits))]
     # The call's first visible output goes on the wire before the rest is parsed.
     return replace_state(s, fold=fold, shown=True), [Show(tuple(emits)), Flush()]
-
-
-_TOOL_EMITS = (ToolCallOpened, ToolArgsOut)
 
 
 def _model_ended(s: TurnState, _: ModelEnded) -> Result:
@@ -184,12 +169,7 @@ def _mode_switched(s: TurnState, switched: ModeSwitched) -> Result:
     """The round's next model call offers the new mode's tools; what this round already
     dispatched runs to its end (the switch does not refuse a call after the fact)."""
     assert s.plan is not None
-    plan = replace(
-        s.plan,
-        mode=switched.mode,
-        offered=switched.offered,
-        carded=switched.offered & s.plan.known,
-    )
+    plan = replace(s.plan, mode=switched.mode, offered=switched.offered)
     return replace(s, plan=plan), [UseMode(switched.mode)]
 
 

@@ -81,9 +81,9 @@ def _commit_result(s: TurnState, r: Round, done: ToolDone) -> Result:
         tool_round_id=r.assistant.tool_round_id,
         completion_seq=r.committed + 1,
     )
-    step = ToolStep(done.call_id, done.result) if call.name in s.carded else None
-    tool_steps = r.tool_steps if step is None else (*r.tool_steps, step)
-    r = replace(r, committing=done, tool_steps=tool_steps)
+    # Every call has a card (a refused or unknown one its error card): it is a step of the turn.
+    step = ToolStep(done.call_id, done.result)
+    r = replace(r, committing=done, tool_steps=(*r.tool_steps, step))
     last = r.committed + 1 == _result_count(r)
     ahead = ResultBlobs(message, step, _settled_steps(s, r) if last else None)
     estimate = s.estimate + compaction.tokens_of(done.content)
@@ -106,12 +106,8 @@ def result_committed(s: TurnState, _: Committed) -> Result:
     r = s.round
     assert r is not None and r.committing is not None
     done = r.committing
-    commands: list[Command] = []
-    name = next(c.name for c in r.assistant.tool_calls if c.call_id == done.call_id)
-    if name in s.carded:
-        # A completed card means the result is in the history.
-        commands.append(ShowToolDone(done.call_id, done.result, r.assistant.model_call_id))
-    commands.append(Flush())
+    # A completed card means the result is in the history.
+    commands: list[Command] = [ShowToolDone(done.call_id, done.result, r.assistant.model_call_id), Flush()]
     r = replace(r, committing=None, committed=r.committed + 1)
     if r.waiting:
         s, more = _commit_result(s, replace(r, waiting=r.waiting[1:]), r.waiting[0])

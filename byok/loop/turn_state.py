@@ -83,10 +83,6 @@ class TurnState:
     def request_id(self) -> str:
         return "" if self.plan is None else self.plan.request_id
 
-    @property
-    def carded(self) -> frozenset[str]:
-        return frozenset() if self.plan is None else self.plan.carded
-
 
 replace_state = replacer(TurnState)  # the hot path's: one call per provider chunk
 Result = tuple[TurnState, list[Command]]

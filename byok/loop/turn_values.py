@@ -130,7 +130,6 @@ class Begin:
     # history and end (summarize_action)
     start: Start
     offered: frozenset[str]  # the tools the model was offered in this mode
-    carded: frozenset[str]  # of those, the ones Cursor draws a card for
     known: frozenset[str]  # every tool byok has (to tell "unknown" from "not in this mode")
     staged: Message | None = None  # start == "tools": the staged round's assistant
     # Compaction: the most input tokens a request may have (0: never compact on its own), the

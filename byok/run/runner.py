@@ -259,7 +259,6 @@ class Run:
             mode=c.mode,
             start=start,
             offered=offered,
-            carded=offered & known,
             known=known,
             staged=point.staged,
             context_limit=compaction.context_limit(c.model.context_tokens, c.model.max_output_tokens),

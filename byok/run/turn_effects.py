@@ -32,7 +32,8 @@ from byok.cursor.checkpoint import (
 from byok.cursor.exec_router import dispatch
 from byok.cursor.prompting import ModeAssets
 from byok.cursor.token_details import token_details
-from byok.cursor.tools.base import ArgsStream, ToolOutcome
+from byok.cursor.tools.base import ArgsStream, ToolDef, ToolOutcome
+from byok.cursor.tools.error_cards import unknown_tool_call
 from byok.cursor.tools.modes import ModeSwitch
 from byok.loop import emits as em
 from byok.loop.compaction import kept_tail, summary_count, summary_text
@@ -72,6 +73,7 @@ from byok.loop.turn_values import (
 from byok.model import events as ev
 from byok.model.messages import Message
 from byok.model.request import ModelRequest
+from byok.pb.agent import v1 as agent
 from byok.run.context import RunContext
 from byok.run.crash import crash_point
 from byok.run.deps import ToolSetup
@@ -172,13 +174,13 @@ class TurnEffects:
         send, registry = self.ctx.slot.send, self.ctx.deps.tools.registry
         match emit:
             case em.ToolCallOpened(call_id=cid, name=name, model_call_id=mcid):
-                tool = registry[name]
-                send(tool_frames.partial(cid, tool.tool_call(tool.placeholder()), mcid))
-                if tool.args_stream is not None:
+                # Every call gets its placeholder: a tool byok does not know its generic card.
+                tool = registry.get(name)
+                send(tool_frames.partial(cid, placeholder_card(tool, name), mcid))
+                if tool is not None and tool.args_stream is not None:
                     self._streams[cid] = tool.args_stream()
             case em.ToolArgsOut(call_id=cid, name=name, delta=delta, model_call_id=mcid):
-                tool = registry[name]
-                send(tool_frames.partial(cid, tool.tool_call(tool.placeholder()), mcid, delta))
+                send(tool_frames.partial(cid, placeholder_card(registry.get(name), name), mcid, delta))
                 stream = self._streams.get(cid)
                 if stream is not None:
                     for d in stream.feed(delta):
@@ -430,6 +432,10 @@ class TurnEffects:
 def compaction_instruction(prompts: dict[str, ModeAssets]) -> Message:
     """The request a compaction call ends with (not committed: the summary replaces it all)."""
     return Message(role="user", origin="runtime", text=prompts["compaction"].system)
+
+
+def placeholder_card(tool: ToolDef | None, name: str) -> agent.ToolCall:
+    return unknown_tool_call(name) if tool is None else tool.tool_call(tool.placeholder())
 
 
 def tool_done(call_id: str, outcome: ToolOutcome) -> ToolDone:

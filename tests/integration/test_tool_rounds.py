@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import attrs
+import betterproto2
 import pytest
 import trio
 
@@ -147,7 +148,7 @@ async def test_settled_checkpoint_waits_for_no_set_after_the_last_card(env: Env)
     """The blobs a round's settled checkpoint needs go out while its tools run: the assistant's
     root once the Execs are out, each result's blobs before its commit, the turn's structure with
     the last. After the last card the checkpoint follows with no SET (no ACK round trip) in
-    between, its steps in the model's call order, an unknown tool adding none."""
+    between, its steps in the model's call order, an unknown tool's error card among them."""
     (env.root / "a.txt").write_text("A\n")
     (env.root / "b.txt").write_text("B\n")
     env.sim.exec_delay = lambda m: 0.3 if m.exec_id == "call_a" else 0.0
@@ -166,7 +167,7 @@ async def test_settled_checkpoint_waits_for_no_set_after_the_last_card(env: Env)
     kinds = tr.kinds()
     settled = [i for i, k in enumerate(kinds) if k == "conversation_checkpoint"][1]
     last_card = max(i for i in range(settled) if kinds[i] == "interaction_update.tool_call_completed")
-    assert [c.call_id for c in completed(tr)] == ["call_b", "call_a"]
+    assert [c.call_id for c in completed(tr)] == ["call_x", "call_b", "call_a"]
     assert kinds[last_card + 1 : settled] == []
     assert_round_order(tr, env.daemon, rounds=1)
     assert_checkpoints_reference_only_acked(tr, env.sim.blobs)
@@ -184,8 +185,11 @@ async def test_settled_checkpoint_waits_for_no_set_after_the_last_card(env: Env)
     structure = agent.ConversationTurnStructure.parse(env.sim.blobs[state.turns[-1]]).agent_conversation_turn
     assert structure is not None
     steps = [agent.ConversationStep.parse(env.sim.blobs[s]) for s in structure.steps]
-    paths = [s.tool_call.read_tool_call.args.path for s in steps if s.tool_call is not None]
-    assert paths == ["a.txt", "b.txt"]
+    # Every call is a step, in the model's order: the unknown tool's error card among them.
+    cards = [betterproto2.which_one_of(s.tool_call, "tool") for s in steps]
+    assert [field for field, _ in cards] == ["read_tool_call", "mcp_tool_call", "read_tool_call"]
+    assert [cards[0][1].args.path, cards[2][1].args.path] == ["a.txt", "b.txt"]
+    assert cards[1][1].result.error is not None
 
 
 async def test_write_new_file_streams_content(env: Env) -> None:
@@ -289,11 +293,29 @@ async def test_invalid_arguments_and_unknown_tool_become_tool_errors(env: Env) -
     assert "path" in results["call_missing"]
     assert "unknown tool" in results["call_unknown"]
     assert_prefix_property(env.daemon)
+    # Each still gets its cards: started, then completed with a typed error result.
+    ids = {"call_bad", "call_missing", "call_unknown"}
+    assert call_ids(tr, "tool_call_started") == ids
+    cards = {c.call_id: c.tool_call for c in completed(tr)}
+    assert set(cards) == ids
+    assert cards["call_bad"].read_tool_call.result.error.error_message == results["call_bad"]
+    unknown = cards["call_unknown"].mcp_tool_call
+    assert unknown.args.name == "Teleport" and unknown.result.error.error == results["call_unknown"]
+    kinds = tr.kinds()
+    lifecycle = [
+        (f.kind.rsplit(".", 1)[1], getattr(f.message.interaction_update, f.kind.rsplit(".", 1)[1]).call_id)
+        for f in tr.frames
+        if f.kind in ("interaction_update.tool_call_started", "interaction_update.tool_call_completed")
+    ]
+    for call_id in ids:  # started before completed, each once
+        assert [k for k, c in lifecycle if c == call_id] == ["tool_call_started", "tool_call_completed"]
+    assert kinds.count("interaction_update.tool_call_completed") == 3
 
 
 async def test_a_tool_the_mode_does_not_offer_is_refused_never_run(env: Env) -> None:
     """Ask mode offers no Write: a model that calls it anyway gets an error result naming the
-    tool and the mode; no Exec goes out, no card is drawn, the file is not created."""
+    tool and the mode; no Exec goes out, the file is not created, and its card (placeholder,
+    started, completed) ends with the edit card's error."""
     args = json.dumps({"path": "made.txt", "contents": "x"})
     env.daemon.provider.enqueue(
         chat_tool_script([("call_w", "Write", args), ("call_r", "Read", json.dumps({"path": "a.txt"}))]),
@@ -318,14 +340,20 @@ async def test_a_tool_the_mode_does_not_offer_is_refused_never_run(env: Env) -> 
     }
     assert "Write" in results["call_w"] and "ask mode" in results["call_w"]
     assert "hello" in results["call_r"]
-    cards = {c.call_id for c in completed(tr)}
-    assert cards == {"call_r"}
-    partial = {
-        f.message.interaction_update.partial_tool_call.call_id
+    cards = {c.call_id: c.tool_call for c in completed(tr)}
+    assert set(cards) == {"call_w", "call_r"}
+    assert cards["call_w"].edit_tool_call.result.error.error == results["call_w"]
+    assert cards["call_w"].edit_tool_call.args.path == "made.txt"
+    assert {"call_w", "call_r"} <= call_ids(tr, "partial_tool_call")
+    assert {"call_w", "call_r"} == call_ids(tr, "tool_call_started")
+
+
+def call_ids(tr: Transcript, update: str) -> set[str]:
+    return {
+        getattr(f.message.interaction_update, update).call_id
         for f in tr.frames
-        if f.kind == "interaction_update.partial_tool_call"
+        if f.kind == f"interaction_update.{update}"
     }
-    assert "call_w" not in partial
 
 
 async def test_two_calls_with_one_id_end_the_run_with_an_error(env: Env) -> None:

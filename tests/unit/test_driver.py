@@ -23,7 +23,7 @@ from byok.model import events as ev
 from byok.run.driver import Driver
 
 TOOLS = frozenset({"Read"})
-BEGIN = Begin("req", "agent", "call", TOOLS, TOOLS, TOOLS)
+BEGIN = Begin("req", "agent", "call", TOOLS, TOOLS)
 
 
 class Effects:

@@ -61,12 +61,11 @@ def test_model_events_round_trip(batch: list[ev.ModelEvent], now: float) -> None
         Published("settled"),
         Fault(Failed("internal", "checkpoint not published")),
         Cancel(),
-        Begin("r", "ask", "call", frozenset({"Read"}), frozenset({"Read"}), frozenset({"Read", "Write"})),
+        Begin("r", "ask", "call", frozenset({"Read"}), frozenset({"Read", "Write"})),
         Begin(
             "r",
             "agent",
             "tools",
-            frozenset(),
             frozenset(),
             frozenset(),
             staged=Message(

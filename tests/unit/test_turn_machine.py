@@ -62,7 +62,7 @@ from byok.model.usage import Usage
 RID = "req-1"
 USAGE = Usage(100, 10)
 TOOLS = frozenset({"Read", "Grep", "Write"})
-BEGIN = Begin(RID, "agent", "call", offered=TOOLS, carded=TOOLS, known=TOOLS)
+BEGIN = Begin(RID, "agent", "call", offered=TOOLS, known=TOOLS)
 MC1 = ids.model_call_id(RID, 1)
 MC2 = ids.model_call_id(RID, 2)
 
@@ -196,8 +196,8 @@ def test_a_failed_call_ends_the_run_with_the_provider_error() -> None:
     assert out == [End(failure, None)]
 
 
-def test_tool_placeholders_are_drawn_only_for_offered_tools_with_a_card() -> None:
-    begin = attrs.evolve(BEGIN, offered=frozenset({"Read"}), carded=frozenset({"Read"}))
+def test_every_tool_call_gets_its_placeholder_offered_or_not() -> None:
+    begin = attrs.evolve(BEGIN, offered=frozenset({"Read"}))
     s, _ = transition(TurnState(), begin)
     s, out = transition(
         s,
@@ -205,13 +205,23 @@ def test_tool_placeholders_are_drawn_only_for_offered_tools_with_a_card() -> Non
             (
                 ev.ToolCallStarted(0, "c1", "Read"),
                 ev.ToolCallArgsDelta(0, "{}"),
-                ev.ToolCallStarted(1, "c2", "Write"),
+                ev.ToolCallStarted(1, "c2", "Teleport"),
                 ev.ToolCallArgsDelta(1, "{}"),
             ),
             0.0,
         ),
     )
-    assert out == [Show((ToolCallOpened("c1", "Read", MC1), ToolArgsOut("c1", "Read", "{}", MC1))), Flush()]
+    assert out == [
+        Show(
+            (
+                ToolCallOpened("c1", "Read", MC1),
+                ToolArgsOut("c1", "Read", "{}", MC1),
+                ToolCallOpened("c2", "Teleport", MC1),
+                ToolArgsOut("c2", "Teleport", "{}", MC1),
+            )
+        ),
+        Flush(),
+    ]
 
 
 # --- a tool round ----------------------------------------------------------------------------
@@ -263,7 +273,7 @@ def test_a_repeated_or_foreign_result_is_ignored() -> None:
 
 
 def test_a_tool_the_run_did_not_offer_is_refused_never_run() -> None:
-    begin = attrs.evolve(BEGIN, mode="ask", offered=frozenset({"Read"}), carded=frozenset({"Read"}))
+    begin = attrs.evolve(BEGIN, mode="ask", offered=frozenset({"Read"}))
     calls = tool_call(("c1", "Write"), ("c2", "Read"), ("c3", "Nope"))
     s0, _ = run(TurnState(), begin, calls, ModelEnded(), Committed())
     s, out = transition(s0, Published("staged"))
@@ -278,11 +288,11 @@ def test_a_tool_the_run_did_not_offer_is_refused_never_run() -> None:
     ]
     assert "Write" in refusal("Write", "ask", TOOLS) and "ask mode" in refusal("Write", "ask", TOOLS)
     assert "unknown tool 'Nope'" in refusal("Nope", "ask", TOOLS)
-    # A refused call's result has no card and adds no step.
+    # A refused call's result has its error card: a step of the turn, shown once committed.
     s, out = transition(s, done("c1", refusal("Write", "ask", TOOLS)))
-    assert out[0].ahead.step is None
+    assert out[0].ahead.step == ToolStep("c1", "card:c1")
     s, out = transition(s, Committed())
-    assert out == [Flush()]
+    assert out == [ShowToolDone("c1", "card:c1", MC1), Flush()]
 
 
 def test_model_output_waits_for_the_settled_checkpoint() -> None:
@@ -351,7 +361,7 @@ def test_a_mode_switch_changes_what_the_next_call_may_offer() -> None:
     s, out = transition(s, ModeSwitched("plan", plan_tools))
     assert out == [UseMode("plan")]
     assert s.plan is not None
-    assert (s.plan.mode, s.plan.offered, s.plan.carded) == ("plan", plan_tools, plan_tools)
+    assert (s.plan.mode, s.plan.offered) == ("plan", plan_tools)
     # The round goes on as before; the next call's Write is refused as not offered in plan mode.
     s, _ = run(s, done("c1"), Committed())
     assert s.phase == "calling"
