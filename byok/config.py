@@ -63,6 +63,41 @@ class ServerConfig:
     # After this long with no run, the decoded histories and request fragments held for fast next
     # turns are dropped and the memory handed back (run/upkeep.py).
     idle_release_s: float = 600.0
+    # LAN mode (docs/lan.md). TLS on every listener: a certificate of the user's (tls_cert and
+    # tls_key, PEM) or one byok's local CA issues for tls_names. A credential every request must
+    # carry: auth_token_env names the variable holding it (auth_token: the token itself).
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_names: tuple[str, ...] = ()
+    auth_token_env: str | None = None
+    _auth_token: str | None = attrs.field(default=None, repr=False, alias="auth_token")
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None or bool(self.tls_names)
+
+    @property
+    def has_auth_token(self) -> bool:
+        return self.auth_token_env is not None or self._auth_token is not None
+
+    @property
+    def auth_token_in_file(self) -> bool:
+        return self._auth_token is not None
+
+    def auth_token(self) -> str | None:
+        """The credential requests must carry, or None when none is configured. Reads the
+        environment now."""
+        if self.auth_token_env is None:
+            return self._auth_token
+        value = os.environ.get(self.auth_token_env)
+        if not value:
+            state = "is empty" if value == "" else "is not set"
+            raise ConfigError(
+                "<environment>",
+                "server.auth_token_env",
+                f"environment variable {self.auth_token_env} {state}",
+            )
+        return value
 
 
 # A header whose name holds one of these carries a credential.

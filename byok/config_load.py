@@ -50,6 +50,11 @@ _SERVER_KEYS = (
     "reconnect_grace_s",
     "shutdown_grace_s",
     "idle_release_s",
+    "tls_cert",
+    "tls_key",
+    "tls_names",
+    "auth_token_env",
+    "auth_token",
 )
 _PROVIDER_KEYS = (
     "id",
@@ -95,6 +100,17 @@ def _server(t: Table, overrides: Mapping[str, object]) -> ServerConfig:
     )
     data_dir = pick(o.string("data_dir"), pick(t.string("data_dir"), DEFAULT_DATA_DIR))
     upstream = t.string("upstream")
+    tls_cert, tls_key, tls_names = t.string("tls_cert"), t.string("tls_key"), t.strings("tls_names")
+    if (tls_cert is None) != (tls_key is None):
+        raise t.error("tls_key" if tls_key is None else "tls_cert", "set both tls_cert and tls_key")
+    if tls_cert is not None and tls_names:
+        raise t.error(
+            "tls_names",
+            "set tls_cert and tls_key (your certificate) or tls_names (byok issues one), not both",
+        )
+    token_env, token = t.string("auth_token_env"), t.string("auth_token")
+    if token_env is not None and token is not None:
+        raise t.error("auth_token", "set at most one of auth_token and auth_token_env")
     return ServerConfig(
         host=host,
         port=port,
@@ -110,6 +126,11 @@ def _server(t: Table, overrides: Mapping[str, object]) -> ServerConfig:
             shutdown_grace_s=t.number("shutdown_grace_s"),
             idle_release_s=t.number("idle_release_s"),
         ),
+        tls_cert=None if tls_cert is None else Path(tls_cert).expanduser(),
+        tls_key=None if tls_key is None else Path(tls_key).expanduser(),
+        tls_names=tuple(n.strip() for n in tls_names or ()),
+        auth_token_env=token_env,
+        auth_token=token,
     )
 
 

@@ -7,6 +7,7 @@ import functools
 import logging
 import math
 import os
+import ssl
 import stat
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +22,7 @@ from byok.cursor.tools.catalog import ToolCatalogError, load_tool_catalog, mode_
 from byok.cursor.tools.registry import build_registry
 from byok.daemon_lock import DataDirInUse, DataDirLock
 from byok.exception_groups import sole
+from byok.http import lan
 from byok.http.app import App
 from byok.http.ca import LocalCA
 from byok.http.clients import provider_client, upstream_client
@@ -28,7 +30,7 @@ from byok.http.forwarder import Forwarder
 from byok.http.model_list import ModelListRoutes
 from byok.http.offline import OfflineAnswers, UpstreamHealth
 from byok.http.proxy import serve_proxy
-from byok.http.serve import is_loopback, serve_app
+from byok.http.serve import serve_app
 from byok.pb.agent import v1 as agent
 from byok.pb.aiserver import v1 as aiserver
 from byok.run.call_log import DRAIN_TIMEOUT_S, CallLog
@@ -66,16 +68,23 @@ def _starting(what: str) -> Iterator[None]:
         raise StartupError(f"cannot {what}: {reason}") from e
 
 
-def _refuse_non_loopback(config: Config) -> None:
-    """byok has no LAN mode yet (no token, no TLS): whoever reaches its port runs agents on the
-    user's keys, and its proxy relays anywhere. It listens on this machine only."""
-    binds = [(config.server.host, "")] + ([(config.proxy.host, " (proxy)")] if config.proxy.enabled else [])
-    for host, what in binds:
-        if not is_loopback(host):
-            raise StartupError(
-                f"refusing to listen on {host!r}{what}: anyone who can reach it could run agents on "
-                "your keys; use a loopback address (127.0.0.1, ::1 or localhost)"
-            )
+def _lan_credential(config: Config) -> lan.Credential | None:
+    """Refuse a listen address others can reach without TLS and a credential (LAN mode,
+    docs/lan.md), before anything is opened or created; the credential, read and checked."""
+    reason = lan.refusal(config)
+    if reason is not None:
+        raise StartupError(reason)
+    try:
+        return lan.credential(config)
+    except lan.LanError as e:
+        raise StartupError(str(e)) from None
+
+
+def _listener_tls(config: Config, *, alpn: tuple[str, ...] = ("h2", "http/1.1")) -> ssl.SSLContext | None:
+    try:
+        return lan.listener_tls(config, alpn=alpn)
+    except lan.LanError as e:
+        raise StartupError(str(e)) from None
 
 
 def _lock_data_dir(config: Config) -> DataDirLock:
@@ -107,11 +116,20 @@ CALL_LOG_DEFER_S = 1.0
 def _warn_if_others_read_secrets(config: Config) -> None:
     """A config file that holds keys should be readable by its owner alone."""
     holders = [p.id for p in config.providers if p.secrets_in_file]
-    if not holders:
+    if not holders and not config.server.auth_token_in_file:
         return
     try:
         mode = os.stat(config.source).st_mode
     except OSError:  # built-in defaults, or a file gone since it was read
+        return
+    if mode & 0o077 and config.server.auth_token_in_file:
+        log.warning(
+            "%s holds [server] auth_token and other users can read it (mode %s): chmod 600 %s",
+            config.source,
+            oct(stat.S_IMODE(mode)),
+            config.source,
+        )
+    if not holders:
         return
     if mode & 0o077:
         log.warning(
@@ -130,7 +148,7 @@ async def run_daemon(
 ) -> None:
     """Serve until ``stop`` (given to ``task_status.started`` with the base URL) is called: then
     stop accepting runs, let active runs finish within shutdown_grace_s, cancel the rest, return."""
-    _refuse_non_loopback(config)
+    credential = _lan_credential(config)
     # Every protobuf class's metadata now (~50-90 ms), not on the first turn's path (47 ms there).
     proto_decode.prime([agent, aiserver])
     fd_limit.raise_fd_limit()  # each connection is a descriptor; macOS starts at 256
@@ -200,9 +218,11 @@ async def run_daemon(
                     max_gap_s=math.inf,
                 )
             )
+            tls = _listener_tls(config)
+            served = app if credential is None else lan.guard(app, credential)
             with _starting(f"listen on {config.server.host}:{config.server.port}"):
                 base_url, stop_server = await serve_app(
-                    app, host=config.server.host, port=config.server.port, nursery=nursery
+                    served, host=config.server.host, port=config.server.port, nursery=nursery, ssl_context=tls
                 )
             stop_proxy: Callable[[], None] | None = None
             proxy_line: str | None = None
@@ -217,6 +237,9 @@ async def run_daemon(
                         intercept=config.proxy.intercept,
                         ca=ca,
                         nursery=nursery,
+                        # CONNECT is HTTP/1.1: the proxy's own TLS offers nothing else.
+                        tls=_listener_tls(config, alpn=("http/1.1",)),
+                        credential=credential,
                     )
                 proxy_line = f"{proxy_url} (CA {ca.cert_path})"
             lock.announce(base_url)

@@ -1,4 +1,4 @@
-"""byok's local certificate authority, for the HTTPS proxy.
+"""byok's local certificate authority, for the HTTPS proxy and the LAN mode's listeners.
 
 Generated once into ``<data_dir>/ca/``: ``byok-ca.pem`` (the certificate the user trusts) and
 ``byok-ca.key`` (mode 0600, in a 0700 directory; it never leaves the machine). Leaf certificates
@@ -70,7 +70,7 @@ class LocalCA:
         self.key = key
         self.cert_path = cert_path
         self._leaf_key = ec.generate_private_key(ec.SECP256R1())
-        self._leaves: dict[tuple[str, tuple[str, ...]], _Leaf] = {}
+        self._leaves: dict[tuple[tuple[str, ...], tuple[str, ...]], _Leaf] = {}
 
     # --- creation -----------------------------------------------------------------------
     @classmethod
@@ -108,8 +108,9 @@ class LocalCA:
         return self.cert.public_bytes(serialization.Encoding.PEM)
 
     # --- leaves ---------------------------------------------------------------------------
-    def issue_leaf(self, host: str, *, now: dt.datetime | None = None) -> x509.Certificate:
-        """A server certificate for ``host`` (a DNS name or an IP literal), signed by the CA."""
+    def issue_leaf(self, host: str, *more: str, now: dt.datetime | None = None) -> x509.Certificate:
+        """A server certificate for ``host`` and ``more`` (DNS names or IP literals), signed by
+        the CA."""
         now = now or _now()
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)] if 0 < len(host) <= 64 else [])
         return (
@@ -120,7 +121,9 @@ class LocalCA:
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - BACKDATE)
             .not_valid_after(now + dt.timedelta(days=LEAF_DAYS))
-            .add_extension(x509.SubjectAlternativeName([_host_name(host)]), critical=False)
+            .add_extension(
+                x509.SubjectAlternativeName([_host_name(h) for h in (host, *more)]), critical=False
+            )
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(
                 x509.KeyUsage(
@@ -148,16 +151,39 @@ class LocalCA:
 
     def server_context(self, host: str, *, alpn: tuple[str, ...] = ("h2", "http/1.1")) -> ssl.SSLContext:
         """A server-side TLS context presenting a leaf for ``host``; cached per host."""
-        host = host.lower().rstrip(".")
-        cache_key = (host, alpn)
+        return self._context((host.lower().rstrip("."),), alpn)
+
+    def listener_context(
+        self, names: tuple[str, ...], *, alpn: tuple[str, ...] = ("h2", "http/1.1")
+    ) -> ssl.SSLContext:
+        """A listener's TLS context: one leaf for all of ``names`` (LAN mode, ``tls_names``). A
+        listener keeps its context for the daemon's life; each handshake (with SNI or without)
+        moves to a re-issued leaf once this one is within LEAF_RENEW of expiring."""
+        key = tuple(n.lower().rstrip(".") for n in names)
+
+        def renew(
+            sock: ssl.SSLObject | ssl.SSLSocket, _server_name: str | None, current: ssl.SSLContext
+        ) -> None:
+            fresh = self._context(key, alpn, renew)
+            if fresh is not current:
+                sock.context = fresh
+
+        return self._context(key, alpn, renew)
+
+    def _context(
+        self, names: tuple[str, ...], alpn: tuple[str, ...], sni: object | None = None
+    ) -> ssl.SSLContext:
+        cache_key = (names, alpn)
         leaf = self._leaves.get(cache_key)
         if leaf is not None and leaf.not_after - _now() > LEAF_RENEW:
             return leaf.context
-        cert = self.issue_leaf(host)
+        cert = self.issue_leaf(*names)
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
         if alpn:
             ctx.set_alpn_protocols(list(alpn))
+        if sni is not None:
+            ctx.sni_callback = sni  # type: ignore[assignment]
         _load_chain(ctx, cert, self.cert, self._leaf_key)
         self._leaves[cache_key] = _Leaf(ctx, cert.not_valid_after_utc)
         return ctx

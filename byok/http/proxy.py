@@ -27,6 +27,7 @@ import fnmatch
 import ipaddress
 import logging
 import re
+import ssl
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
@@ -37,6 +38,7 @@ from hypercorn.typing import ConnectionState
 from hypercorn.utils import wrap_app
 
 from byok.http.ca import LocalCA
+from byok.http.lan import Credential
 from byok.http.serve import ASGIApp, Receive, ReleasingTCPServer, Scope, Send, server_config
 
 log = logging.getLogger("byok.proxy")
@@ -111,6 +113,8 @@ def parse_head(head: bytes) -> tuple[str, str]:
 def _status(status: int, reason: str, body: str = "") -> bytes:
     data = body.encode()
     head = f"HTTP/1.1 {status} {reason}\r\n"
+    if status == 407:
+        head += 'Proxy-Authenticate: Basic realm="byok"\r\n'
     if status != 200:
         head += (
             f"Content-Type: text/plain; charset=utf-8\r\nContent-Length: {len(data)}\r\nConnection: close\r\n"
@@ -121,13 +125,16 @@ def _status(status: int, reason: str, body: str = "") -> bytes:
 class _Prefixed(trio.abc.Stream):
     """A stream that first yields bytes already read past the CONNECT head."""
 
-    def __init__(self, inner: trio.SocketStream, prefix: bytes) -> None:
+    def __init__(self, inner: trio.abc.Stream, prefix: bytes) -> None:
         self.inner = inner
         self._prefix = prefix
 
     @property
     def socket(self) -> Any:  # hypercorn reads the peer address from transport_stream.socket
-        return self.inner.socket
+        stream: Any = self.inner
+        while not hasattr(stream, "socket"):  # the proxy's own TLS (LAN mode) wraps the socket
+            stream = stream.transport_stream
+        return stream.socket
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
         if self._prefix:
@@ -160,13 +167,27 @@ def _with_upstream(app: ASGIApp, origin: str) -> ASGIApp:
 
 
 class ProxyServer:
-    def __init__(self, app: ASGIApp, *, intercept: Sequence[str], ca: LocalCA, http2: bool = True) -> None:
+    """``tls``: the listener's own TLS (an HTTPS proxy, LAN mode); ``credential``: what every
+    CONNECT's ``Proxy-Authorization`` must carry (407 otherwise)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        intercept: Sequence[str],
+        ca: LocalCA,
+        http2: bool = True,
+        tls: ssl.SSLContext | None = None,
+        credential: Credential | None = None,
+    ) -> None:
         self.app = app
         self.intercept = tuple(intercept)
         self.ca = ca
         self.alpn = ("h2", "http/1.1") if http2 else ("http/1.1",)
         self.config = server_config("127.0.0.1", 0)
         self.context = WorkerContext(None)
+        self.tls = tls
+        self.credential = credential
 
     async def serve(self, conn: trio.SocketStream) -> None:
         """One client connection; a failure ends that connection only, never the listener."""
@@ -178,29 +199,37 @@ class ProxyServer:
                 await conn.aclose()
 
     async def handle(self, conn: trio.SocketStream) -> None:
+        # ``outer``: what the client's CONNECT came over (the proxy's own TLS, or the socket).
+        outer: trio.abc.Stream = conn
         try:
             with trio.fail_after(HEAD_TIMEOUT_S):
-                head, rest = await _read_head(conn)
+                if self.tls is not None:
+                    outer = trio.SSLStream(conn, self.tls, server_side=True, https_compatible=True)
+                    await outer.do_handshake()
+                head, rest = await _read_head(outer)
             method, target = parse_head(head)
             if method != "CONNECT":
                 raise BadRequest(405, "Method Not Allowed", "byok's proxy only tunnels HTTPS (CONNECT)\n")
             host, port = parse_authority(target)
+            if self.credential is not None and not self.credential.proxy_ok(
+                _header(head, b"proxy-authorization")
+            ):
+                log.warning("proxy CONNECT %s:%d refused: no credential", host, port)
+                raise BadRequest(407, "Proxy Authentication Required", "this proxy needs its credential\n")
         except BadRequest as e:
-            await _reply(conn, _status(e.status, e.reason, str(e)))
+            await _reply(outer, _status(e.status, e.reason, str(e)))
+            await outer.aclose()
+            return
+        except (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError, ssl.SSLError):
             await conn.aclose()
             return
-        except (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError):
-            await conn.aclose()
-            return
-        stream: trio.abc.Stream = _Prefixed(conn, rest) if rest else conn
+        stream: trio.abc.Stream = _Prefixed(outer, rest) if rest or outer is not conn else conn
         if intercepts(host, self.intercept):
-            await self._intercept(conn, stream, host, port)
+            await self._intercept(outer, stream, host, port)
         else:
-            await self._tunnel(conn, stream, host, port)
+            await self._tunnel(outer, stream, host, port)
 
-    async def _intercept(
-        self, conn: trio.SocketStream, stream: trio.abc.Stream, host: str, port: int
-    ) -> None:
+    async def _intercept(self, conn: trio.abc.Stream, stream: trio.abc.Stream, host: str, port: int) -> None:
         log.debug("proxy CONNECT %s:%d: intercepted", host, port)
         if not await _reply(conn, _status(200, "Connection Established")):
             return
@@ -219,7 +248,7 @@ class ProxyServer:
             with trio.CancelScope(shield=True):
                 await conn.aclose()
 
-    async def _tunnel(self, conn: trio.SocketStream, stream: trio.abc.Stream, host: str, port: int) -> None:
+    async def _tunnel(self, conn: trio.abc.Stream, stream: trio.abc.Stream, host: str, port: int) -> None:
         try:
             with trio.fail_after(CONNECT_TIMEOUT_S):
                 remote = await trio.open_tcp_stream(host, port)
@@ -254,7 +283,16 @@ async def _read_head(conn: trio.abc.ReceiveStream) -> tuple[bytes, bytes]:
     return head, rest
 
 
-async def _reply(conn: trio.SocketStream, data: bytes) -> bool:
+def _header(head: bytes, name: bytes) -> bytes | None:
+    """A header's value in a request head (the request line and headers, CRLF-separated)."""
+    for line in head.split(b"\r\n")[1:]:
+        key, colon, value = line.partition(b":")
+        if colon and key.strip().lower() == name:
+            return value.strip()
+    return None
+
+
+async def _reply(conn: trio.abc.Stream, data: bytes) -> bool:
     try:
         await conn.send_all(data)
         return True
@@ -290,18 +328,20 @@ async def serve_proxy(
     ca: LocalCA,
     nursery: trio.Nursery,
     http2: bool = True,
+    tls: ssl.SSLContext | None = None,
+    credential: Credential | None = None,
 ) -> tuple[str, Callable[[], None]]:
     """Start the CONNECT proxy on ``host:port`` (0: any free port) in ``nursery``.
 
     Returns once listening, with the proxy URL (``http://host:port``) and a function that starts
     shutdown: stop accepting, give open connections ``GRACE_S`` seconds, then cancel them.
     """
-    server = ProxyServer(app, intercept=intercept, ca=ca, http2=http2)
+    server = ProxyServer(app, intercept=intercept, ca=ca, http2=http2, tls=tls, credential=credential)
     listeners = await trio.open_tcp_listeners(port, host=host)
     bound = listeners[0].socket.getsockname()
     shown = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
-    url = f"http://{shown}:{bound[1]}"
-    if not _is_loopback(host):
+    url = f"{'https' if tls is not None else 'http'}://{shown}:{bound[1]}"
+    if not _is_loopback(host) and credential is None:
         log.warning("proxy listening on non-loopback %s: anyone who can reach it can tunnel through it", url)
     stop = trio.Event()
 

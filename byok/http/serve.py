@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import math
+import ssl
 from collections.abc import Awaitable, Callable, MutableMapping
 from functools import partial
 from typing import Any
@@ -208,8 +209,24 @@ def _bind_address(host: str, port: int) -> str:
     return f"{host}:{port}"
 
 
-def server_config(host: str, port: int) -> HypercornConfig:
-    config = HypercornConfig()
+class _TLSConfig(HypercornConfig):
+    """hypercorn's config serving TLS from a context byok built (a CA-issued leaf that renews
+    itself, or the user's certificate), not from certificate files."""
+
+    def __init__(self, context: ssl.SSLContext) -> None:
+        super().__init__()
+        self._context = context
+
+    @property
+    def ssl_enabled(self) -> bool:
+        return True
+
+    def create_ssl_context(self) -> ssl.SSLContext:
+        return self._context
+
+
+def server_config(host: str, port: int, ssl_context: ssl.SSLContext | None = None) -> HypercornConfig:
+    config = HypercornConfig() if ssl_context is None else _TLSConfig(ssl_context)
     config.bind = [_bind_address(host, port)]
     # Requests are logged by the app (the forwarder logs method/path/status/duration); the
     # access log would only duplicate them. Server errors go through normal logging.
@@ -263,6 +280,7 @@ async def serve_app(
     port: int,
     nursery: trio.Nursery,
     h2c: bool = True,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> tuple[str, Callable[[], None]]:
     """Start serving ``app`` on ``host:port`` (``port=0``: any free port) in ``nursery``.
 
@@ -271,12 +289,13 @@ async def serve_app(
     accepting, let in-flight requests run for up to ``graceful_timeout``, then cancel them.
     The server task then ends and the nursery can exit. Binding errors (port in use) raise
     here. HTTP/1.1 is always served; ``h2c`` also allows cleartext HTTP/2, which Cursor
-    uses for bidirectional streams.
+    uses for bidirectional streams. With ``ssl_context`` the listener speaks TLS only (HTTP/2
+    by ALPN), and the URL is ``https://``.
 
     ``app`` must either implement the ASGI lifespan protocol or raise on a lifespan scope:
     hypercorn fails to start if the lifespan call simply returns.
     """
-    config = server_config(host, port)
+    config = server_config(host, port, ssl_context)
     shutdown = trio.Event()
     served = app if h2c else _http1_only(app)
     binds: list[str] = await nursery.start(

@@ -209,7 +209,8 @@ def test_invalid_toml_has_line_and_column(tmp_path: Path) -> None:
             "[server]\nprot = 1",
             "server.prot: unknown key (allowed: host, port, data_dir, upstream, "
             "heartbeat_s, kv_ack_timeout_s, max_body_bytes, provider_max_tries, provider_retry_base_s, "
-            "reconnect_grace_s, shutdown_grace_s, idle_release_s)",
+            "reconnect_grace_s, shutdown_grace_s, idle_release_s, tls_cert, tls_key, tls_names, "
+            "auth_token_env, auth_token)",
         ),
         (
             MINIMAL_PROVIDER + 'apikey = "x"',
@@ -630,3 +631,45 @@ def test_the_documented_config_examples_load(tmp_path: Path) -> None:
     for block in blocks:
         text = block if "[[providers]]" in block or "[[models]]" not in block else providers + block
         load_config(write(tmp_path, text), overrides={})
+
+
+def test_lan_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    text = '[server]\nhost = "0.0.0.0"\ntls_cert = "~/c.pem"\ntls_key = "/k.pem"\nauth_token_env = "T"\n'
+    server = load_config(write(tmp_path, text), overrides={}).server
+    assert (server.tls_cert, server.tls_key) == (Path("~/c.pem").expanduser(), Path("/k.pem"))
+    assert server.tls and server.has_auth_token and not server.auth_token_in_file
+    monkeypatch.setenv("T", "secret")
+    assert server.auth_token() == "secret"
+    monkeypatch.delenv("T")
+    with pytest.raises(ConfigError, match="environment variable T is not set"):
+        server.auth_token()
+    named = load_config(
+        write(tmp_path, '[server]\ntls_names = ["byok.lan", " 10.0.0.2 "]\nauth_token = "x"\n')
+    )
+    assert named.server.tls_names == ("byok.lan", "10.0.0.2") and named.server.auth_token() == "x"
+    assert named.server.auth_token_in_file and "auth_token" not in repr(named.server).replace(
+        "auth_token_env", ""
+    )
+    plain = load_config(write(tmp_path, ""), overrides={}).server
+    assert not plain.tls and not plain.has_auth_token and plain.auth_token() is None
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('[server]\ntls_cert = "/c.pem"', "server.tls_key: set both tls_cert and tls_key"),
+        ('[server]\ntls_key = "/k.pem"', "server.tls_cert: set both tls_cert and tls_key"),
+        (
+            '[server]\ntls_cert = "/c"\ntls_key = "/k"\ntls_names = ["h"]',
+            "server.tls_names: set tls_cert and tls_key (your certificate) or tls_names (byok issues one), "
+            "not both",
+        ),
+        (
+            '[server]\nauth_token = "a"\nauth_token_env = "B"',
+            "server.auth_token: set at most one of auth_token and auth_token_env",
+        ),
+        ("[server]\ntls_names = [1]", "server.tls_names[0]: expected string, got integer"),
+    ],
+)
+def test_lan_key_errors(tmp_path: Path, text: str, expected: str) -> None:
+    assert error_for(tmp_path, text) == expected
