@@ -40,6 +40,9 @@ class ConversationMemory:
     recalled: bool = False
     # The encoded root list of the history's settled prefix (checkpoint.RootList).
     root_list: RootList = attrs.Factory(RootList)
+    # The summary the history of the conversation's last provider call started with ("" none):
+    # a call whose history starts with another one is the first on a compacted history.
+    summary_called: str = ""
 
     def root_of(self, message: Message, *, with_data: bool = False) -> Blob:
         """``message``'s root blob. Once the client holds it, only its id is needed (a checkpoint

@@ -94,6 +94,7 @@ class CallContext:
     retry_base_s: float = 0.5
     # The configured model: an error it can fix (its output limit, its context window) says how.
     model: ModelConfig | None = None
+    new_prefix: bool = False  # the first call after a compaction (LlmCallRecord.new_prefix)
 
 
 def run_call_context(
@@ -292,4 +293,5 @@ def _call_record(
         cache_hit_share=cache_hit_share(usage),
         response_capture=None if capture is None else bytes(capture),
         rendered=rendered,
+        new_prefix=ctx.new_prefix,
     )

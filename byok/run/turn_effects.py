@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
+import attrs
 import trio
 
 from byok.config import ConfigError
@@ -229,6 +230,12 @@ class TurnEffects:
             api_key=api_key,
             deps=c.deps,
         )
+        first = c.head.messages[0] if c.head.messages else None
+        summary = first.event_id if first is not None and first.origin == "summary" else ""
+        if summary != c.memory.summary_called:
+            # The first call on a compacted history starts a new prefix on purpose.
+            c.memory.summary_called = summary
+            call = attrs.evolve(call, new_prefix=bool(summary))
 
         async def on_events(events: list[ev.ModelEvent]) -> None:
             if gate is not None:

@@ -124,6 +124,14 @@ async def test_summarize_action_compacts_the_history_and_keeps_the_old_revision(
     assert "<conversation_summary>\nThe user asked two questions.\n</conversation_summary>" in request[1][1]
     assert "third question" in request[2][1] and "first question" not in "".join(t for _, t in request)
     assert tr.checkpoints()[-1].self_summary_count == 1
+    # The prefix meter knows the summary starts a new prefix on purpose: not compared, not a miss.
+    with store_of(daemon) as store, trio.fail_after(10):
+        while (
+            len(calls := [c for r in ("conv-s-t1", "conv-s-sum", "conv-s-t3") for c in store.llm_calls(r)])
+            < 3
+        ):
+            await trio.sleep(0.05)  # the call log writes once the runs are quiet
+    assert [c.prefix_extends for c in calls] == [True, True, None]
 
     # History stays append-only: the revision before the compaction still holds every message.
     with store_of(daemon) as store:
