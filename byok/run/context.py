@@ -4,6 +4,8 @@ and the turn; the effects move the head as they commit."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import attrs
 
 from byok.config import ModelConfig, ProviderConfig
@@ -12,7 +14,9 @@ from byok.cursor.exec_router import ExecRouter
 from byok.cursor.prompting import ModeAssets
 from byok.cursor.request import RunStart
 from byok.cursor.token_details import TokenDetails
+from byok.cursor.tools.base import ToolDef
 from byok.cursor.tools.env import ToolEnv
+from byok.cursor.tools.mcp_dynamic import DynamicTools
 from byok.loop.turn_values import Outcome
 from byok.model.request import ToolSpec
 from byok.pb.agent import v1 as agent
@@ -45,3 +49,7 @@ class RunContext:
     outcome: Outcome | None = None
     # trio time the first provider events reached the turn (the run's end line reports TTFT).
     first_output_at: float | None = None
+    # The run's tools by model-visible name: byok's own and the MCP tools the request announced
+    # (cursor/tools/mcp_dynamic.py); ``dynamic`` is what a mode switch offers again.
+    registry: Mapping[str, ToolDef] = attrs.Factory(dict)
+    dynamic: DynamicTools = attrs.Factory(DynamicTools)

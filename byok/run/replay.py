@@ -27,6 +27,7 @@ from byok.cursor.prompting import ModeAssets
 from byok.cursor.request import decode_start
 from byok.cursor.token_details import decode_details
 from byok.cursor.tools.env import ToolEnv
+from byok.cursor.tools.mcp_dynamic import run_tools
 from byok.cursor.tools.registry import build_registry
 from byok.loop.compaction import kept_tail
 from byok.loop.input_codec import decode_input
@@ -160,9 +161,11 @@ def _world(start: dict[str, Any]) -> tuple[ReplayEffects, Driver, FrameSink]:
     h = start["head"]
     tools = tuple(ToolSpec(name, description, parameters) for name, description, parameters in start["tools"])
     turn = start["turn"]
+    base = build_registry()
+    registry, dynamic = run_tools(st, base)  # the announced MCP tools follow from the request
     ctx = RunContext(
         start=st,
-        deps=_Deps(ToolSetup(build_registry(), {})),  # type: ignore[arg-type]
+        deps=_Deps(ToolSetup(base, {})),  # type: ignore[arg-type]
         slot=sink,  # type: ignore[arg-type]
         memory=memory,
         kv=kv,
@@ -194,6 +197,8 @@ def _world(start: dict[str, Any]) -> tuple[ReplayEffects, Driver, FrameSink]:
             bytes.fromhex(turn["user_message"]),
             tuple(bytes.fromhex(s) for s in turn["steps"]),
         ),
+        registry=registry,
+        dynamic=dynamic,
     )
     s = start["settings"]
     settings = ModelSettings(

@@ -19,6 +19,7 @@ from byok.cursor.start_plan import first_step
 from byok.cursor.token_details import unmeasured
 from byok.cursor.tools.base import ToolOutcome
 from byok.cursor.tools.env import ToolEnv
+from byok.cursor.tools.mcp_dynamic import run_tools
 from byok.loop import compaction
 from byok.loop.turn_values import (
     Begin,
@@ -54,6 +55,7 @@ class Run:
         provider = deps.config.provider(model.provider)
         assert provider is not None, "config validation guarantees the provider"
         mode = start.mode_dir
+        registry, dynamic = run_tools(start, deps.tools.registry)
         self.driver: Driver | None = None
         memory = sup.memory
         self.ctx = RunContext(
@@ -67,7 +69,7 @@ class Run:
             provider=provider,
             mode=mode,
             assets=deps.prompts[mode],
-            tool_specs=deps.tools.specs_by_mode.get(mode, ()),
+            tool_specs=dynamic.offered(deps.tools.specs_by_mode.get(mode, ())),
             details=unmeasured(model.context_tokens),
             tool_env=ToolEnv(
                 request_id=start.request_id,
@@ -78,6 +80,8 @@ class Run:
                 backends=deps.tools.backends,
             ),
             agent_mode=start.mode,
+            registry=registry,
+            dynamic=dynamic,
         )
         slot.on_reattach = self._resend_after_reconnect
         # "mine": the start point's first store trip wrote the run's row; "foreign": an earlier
@@ -104,7 +108,7 @@ class Run:
 
     def _tool_note(self, call_id: str, note: object) -> None:
         assert self.driver is not None
-        self.driver.submit(tool_note(note, self.ctx.deps.tools), derived=True)
+        self.driver.submit(tool_note(note, self.ctx), derived=True)
 
     # --- lifecycle ------------------------------------------------------------------------
     async def run(self, scope: trio.CancelScope) -> None:
@@ -251,7 +255,7 @@ class Run:
         if start == "compact" and not c.head.messages:
             return Fault(Failed("failed_precondition", "the conversation has no history to summarize"))
         offered = frozenset(s.name for s in c.tool_specs)
-        known = frozenset(c.deps.tools.registry)
+        known = frozenset(c.registry)
         # The first request: the last one the client measured, and what this run appended.
         estimate = c.details.used_tokens + (compaction.tokens_of(runtime.text) if runtime is not None else 0)
         return Begin(

@@ -77,7 +77,6 @@ from byok.model.request import ModelRequest
 from byok.pb.agent import v1 as agent
 from byok.run.context import RunContext
 from byok.run.crash import crash_point
-from byok.run.deps import ToolSetup
 from byok.run.driver import Driver
 from byok.run.kv import KvFailure
 from byok.run.provider_call import model_settings, run_call_context, stream_model
@@ -129,7 +128,7 @@ class TurnEffects:
                 c = self.ctx
                 c.mode, c.agent_mode, c.tool_env.mode = mode, mode_value(mode), mode
                 c.assets = c.deps.prompts[mode]
-                c.tool_specs = c.deps.tools.specs_by_mode.get(mode, ())
+                c.tool_specs = c.dynamic.offered(c.deps.tools.specs_by_mode.get(mode, ()))
             case ShowToolDone(call_id=call_id, result=result, model_call_id=mcid):
                 assert isinstance(result, ToolOutcome)
                 self.ctx.slot.send(encode.tool_call_completed(call_id, result.ui_bytes(), mcid))
@@ -172,7 +171,7 @@ class TurnEffects:
 
     # --- frames ------------------------------------------------------------------------------
     def _show(self, emit: em.Emit) -> None:
-        send, registry = self.ctx.slot.send, self.ctx.deps.tools.registry
+        send, registry = self.ctx.slot.send, self.ctx.registry
         match emit:
             case em.ToolCallOpened(call_id=cid, name=name, model_call_id=mcid):
                 # Every call gets its placeholder: a tool byok does not know its generic card.
@@ -422,7 +421,7 @@ class TurnEffects:
         c.tool_env.messages = c.head.messages
         dispatch(
             c.router,
-            c.deps.tools.registry,
+            c.registry,
             c.slot.send,
             command.model_call_id,
             command.calls,
@@ -449,8 +448,9 @@ def tool_done(call_id: str, outcome: ToolOutcome) -> ToolDone:
     return ToolDone(call_id, outcome.content, outcome.is_error, outcome)
 
 
-def tool_note(note: object, tools: ToolSetup) -> ModeSwitched:
+def tool_note(note: object, ctx: RunContext) -> ModeSwitched:
     """The turn input a tool's note stands for."""
     if isinstance(note, ModeSwitch):
-        return ModeSwitched(note.mode, frozenset(s.name for s in tools.specs_by_mode.get(note.mode, ())))
+        specs = ctx.dynamic.offered(ctx.deps.tools.specs_by_mode.get(note.mode, ()))
+        return ModeSwitched(note.mode, frozenset(s.name for s in specs))
     raise AssertionError(f"no turn input for the tool note {note!r}")

@@ -39,8 +39,12 @@ EXPECTED_PARAMETERS = {
     "Glob": {"glob_pattern", "target_directory"},
     "ReadLints": {"paths"},
     "Shell": {"command", "working_directory", "block_until_ms", "description", "required_permissions"},
+    "GetMcpTools": {"server", "toolName", "pattern"},
+    "CallMcpTool": {"server", "toolName", "arguments"},
+    "FetchMcpResource": {"server", "uri", "downloadPath"},
 }
 READ_ONLY = {"Read", "Grep", "Glob", "ReadLints"}
+MCP = {"GetMcpTools", "CallMcpTool", "FetchMcpResource"}  # every mode: MCP servers are the user's own
 AWAITING_MODULES: set[str] = set()
 
 
@@ -48,7 +52,7 @@ def params(name: str) -> dict:
     return json.loads(load_tool_catalog(ROOT)[name].parameters_json)
 
 
-def test_catalog_has_the_eight_tools_with_reference_parameter_names() -> None:
+def test_catalog_has_the_tools_with_reference_parameter_names() -> None:
     catalog = load_tool_catalog(ROOT)
     assert set(catalog) == set(EXPECTED_PARAMETERS)
     for name, spec in catalog.items():
@@ -69,6 +73,10 @@ def test_required_arguments_and_enums() -> None:
     perms = params("Shell")["properties"]["required_permissions"]
     assert perms["type"] == "array" and perms["items"]["enum"] == ["full_network", "all"]
     assert params("ReadLints")["properties"]["paths"]["items"] == {"type": "string"}
+    assert "required" not in params("GetMcpTools")
+    assert params("CallMcpTool")["required"] == ["server", "toolName"]
+    assert params("CallMcpTool")["properties"]["arguments"]["type"] == "object"
+    assert params("FetchMcpResource")["required"] == ["server", "uri"]
 
 
 def test_parameters_json_is_canonical() -> None:
@@ -125,8 +133,8 @@ def test_mode_tool_sets() -> None:
         "prompt/modes/subagent/tools.json: the agent's tools but AskQuestion"
     )
     assert names["compaction"] == []
-    assert set(names["ask"]) == READ_ONLY
-    assert set(names["plan"]) == READ_ONLY | {"Shell"}
+    assert set(names["ask"]) == READ_ONLY | MCP
+    assert set(names["plan"]) == READ_ONLY | {"Shell"} | MCP
     # Manifest order is the order the provider sees.
     manifest = json.loads((ROOT / "modes" / "plan" / "tools.json").read_text(encoding="utf-8"))
     assert names["plan"] == manifest

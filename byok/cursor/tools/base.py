@@ -188,6 +188,10 @@ class ToolDef:
     transport: str = "exec"  # "exec" | "interaction" | "local" (documentation and the tool table)
 
     def tool_call(self, record: Any) -> agent.ToolCall:
+        # A tool whose card depends on its arguments (CallMcpTool's mcp_auth) returns the whole
+        # ToolCall from ``ui``.
+        if isinstance(record, agent.ToolCall):
+            return record
         return agent.ToolCall(**{self.ui_field: record})
 
 

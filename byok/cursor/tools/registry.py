@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from byok.cursor.tools import delete_tool, edit_tools, read_lints_tool, read_tool, search_tools, shell_tool
+from byok.cursor.tools import (
+    delete_tool,
+    edit_tools,
+    mcp_tools,
+    read_lints_tool,
+    read_tool,
+    search_tools,
+    shell_tool,
+)
 from byok.cursor.tools.base import ToolDef
 from byok.pb.agent import v1 as agent
 
@@ -16,6 +24,7 @@ MODULES: tuple[ModuleType, ...] = (
     search_tools,
     edit_tools,
     shell_tool,
+    mcp_tools,
 )
 
 

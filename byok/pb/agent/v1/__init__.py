@@ -6380,7 +6380,12 @@ default_message_pool.register_message("agent.v1", "McpStateError", McpStateError
 
 @dataclass(eq=False, repr=False)
 class McpStateExecArgs(betterproto2.Message):
-    pass
+    server_identifiers: "list[str]" = betterproto2.field(1, betterproto2.TYPE_STRING, repeated=True)
+    """
+    Newer than the reference protos: field numbers from Cursor's own agent.v1 schema (its CLI).
+    """
+
+    kick_only: "bool" = betterproto2.field(2, betterproto2.TYPE_BOOL)
 
 
 default_message_pool.register_message("agent.v1", "McpStateExecArgs", McpStateExecArgs)
