@@ -9,6 +9,7 @@ Client message sequences (every ExecClientMessage carries the exec's id and exec
   read / write / delete / grep / diagnostics: one ``*_result``, then control ``stream_close``.
   shell_stream_args: ``start``, ``stdout``/``stderr`` as output arrives, then ``exit`` (or
     ``backgrounded`` past the timeout with BACKGROUND), then ``stream_close``.
+  MCP execs: answered by the pretend MCP server given as ``mcp`` (devtools/sim_mcp.py).
   anything else: control ``throw``.
 """
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import betterproto2
 import trio
@@ -26,6 +27,9 @@ from byok.devtools.exec_client import PendingExec, Reply, exec_result, stream_cl
 from byok.devtools.workspace_grep import grep
 from byok.devtools.workspace_shell import Shell, Shells
 from byok.pb.agent import v1 as agent
+
+if TYPE_CHECKING:
+    from byok.devtools.sim_mcp import SimMcp
 
 # exec oneof -> (result oneof, what computes the result from the root and the exec's args)
 _ONE_SHOT: dict[str, tuple[str, Callable[[Path, Any], object]]] = {
@@ -38,8 +42,9 @@ _ONE_SHOT: dict[str, tuple[str, Callable[[Path, Any], object]]] = {
 
 
 class WorkspaceExecutor:
-    def __init__(self, root: Path, *, shell_timeout_cap_s: float = 30.0) -> None:
+    def __init__(self, root: Path, *, shell_timeout_cap_s: float = 30.0, mcp: SimMcp | None = None) -> None:
         self.root = Path(root).resolve()
+        self.mcp = mcp
         self.shells = Shells(shell_timeout_cap_s)
         self._pending: dict[int, PendingExec] = {}
 
@@ -63,6 +68,9 @@ class WorkspaceExecutor:
                 await self.shells.run(msg, args, reply, pending, cwd=cwd, root=self.root)
             elif pending.aborted:
                 await reply(stream_close(msg.id))  # aborted before it ran: nothing to report
+            elif self.mcp is not None and (answers := self.mcp.answer(msg)) is not None:
+                for answer in answers:
+                    await reply(answer)
             elif name not in _ONE_SHOT:
                 await reply(throw(msg.id, f"unsupported exec {name or '(none)'}"))
             else:
