@@ -220,3 +220,39 @@ async def test_an_official_models_polls_go_upstream(relay: tuple[Daemon, PollUps
     relayed = aiserver.BidiPollRequest.parse(frame.payload)
     assert relayed.request_id is not None and relayed.request_id.request_id == "req-poll-off"
     assert d.provider.requests == []
+
+
+async def test_the_first_poll_may_come_before_the_run_request(daemon: Daemon, nursery: trio.Nursery) -> None:
+    daemon.provider.enqueue(chat_text_script(["after ", "the poll"]))
+    rid = "req-poll-early"
+    first: list[Poll] = []
+
+    async def early_poll() -> None:
+        first.append(await poll(daemon.client, daemon.base_url, rid, start=True))
+
+    nursery.start_soon(early_poll)
+    await trio.sleep(0.05)  # the poll waits for the run_request that decides the run
+    run = user_turn("hi", conversation_id="c-poll-early", model_id="byok-demo", message_id="m1")
+    assert (await daemon.sim.append(rid, 0, agent.AgentClientMessage(run_request=run))).status_code == 200
+    with trio.fail_after(10):
+        while not first:
+            await trio.sleep(0.01)
+    assert first[0].end == {} and first[0].responses[0].seqno == 0
+    # The rest of the run, by the usual loop (its KV answers continue the append numbering).
+    seq, texts, eof = 1, [], False
+    pending = first[0].responses
+    with trio.fail_after(20):
+        while not eof:
+            for r in pending:
+                if r.eof:
+                    eof = True
+                    continue
+                msg = agent.AgentServerMessage.parse(bytes.fromhex(r.data))
+                if msg.interaction_update is not None and msg.interaction_update.text_delta is not None:
+                    texts.append(msg.interaction_update.text_delta.text)
+                for reply in daemon.sim.auto_reply(msg):
+                    assert (await daemon.sim.append(rid, seq, reply)).status_code == 200
+                    seq += 1
+            if not eof:
+                pending = (await poll(daemon.client, daemon.base_url, rid)).responses
+    assert "".join(texts) == "after the poll"
