@@ -5,21 +5,24 @@ TLS and credential apply to every listener once configured) with real TLS client
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 import socket
 import ssl
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 
 import attrs
 import httpx
 import pytest
 import trio
+from cryptography import x509
 
 from byok.config_load import load_config
 from byok.daemon import StartupError, run_daemon
 from byok.devtools.cursor_sim import CursorSim, user_turn
+from byok.http.ca import LEAF_RENEW, LocalCA
 from byok.http.connect_envelope import FrameDecoder, encode_frame
 from byok.http.h2_call import H2Error, h2_call
 from byok.http.lan import Credential
@@ -262,3 +265,38 @@ def test_credential_forms() -> None:
         f"Bearer {TOKEN}x".encode(),
     ):
         assert not c.proxy_ok(bad), bad
+
+
+def _handshake(server_ctx: ssl.SSLContext, client_ctx: ssl.SSLContext, name: str | None) -> bytes:
+    """One TLS handshake in memory; the certificate the server presented (DER)."""
+    c_in, c_out, s_in, s_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
+    client = client_ctx.wrap_bio(c_in, c_out, server_hostname=name)
+    server = server_ctx.wrap_bio(s_in, s_out, server_side=True)
+    for _ in range(10):
+        for side in (client, server):
+            with suppress(ssl.SSLWantReadError):
+                side.do_handshake()
+        s_in.write(c_out.read())
+        c_in.write(s_out.read())
+    cert = client.getpeercert(binary_form=True)
+    assert cert is not None
+    return cert
+
+
+@pytest.mark.parametrize("name", ["byok.lan", "127.0.0.2"])  # an IP literal sends no SNI
+def test_the_listener_certificate_renews_in_place(tmp_path: Path, name: str) -> None:
+    ca = LocalCA.load_or_create(tmp_path)
+    ctx = ca.listener_context(("byok.lan", "127.0.0.2"))
+    trust = ssl.create_default_context(cadata=ca.cert_pem.decode())
+    first = _handshake(ctx, trust, name)
+    cert = x509.load_der_x509_certificate(first)
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(v) for v in sans.get_values_for_type(x509.DNSName)] == ["byok.lan"]
+    assert [str(v) for v in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.2"]
+    assert _handshake(ctx, trust, name) == first  # the same leaf while it has long to run
+    # The listener keeps ``ctx``; once its leaf is about to expire, each handshake gets a new one.
+    (leaf,) = ca._leaves.values()
+    leaf.not_after = dt.datetime.now(dt.UTC) + LEAF_RENEW / 2
+    renewed = x509.load_der_x509_certificate(_handshake(ctx, trust, name))
+    assert renewed.serial_number != cert.serial_number
+    assert renewed.not_valid_after_utc > cert.not_valid_after_utc - dt.timedelta(minutes=1)
