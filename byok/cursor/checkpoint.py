@@ -149,12 +149,14 @@ def build_checkpoint(
     roots: RootList | None = None,
     summary: str | None = None,
     summaries: int = 0,
+    todos: Sequence[Blob] = (),
 ) -> Checkpoint:
     """``root_of``: a message's root blob, with empty data when the client holds it already (such
     a blob is listed, not sent). ``roots``: the conversation's RootList, so a growing history
     only works out the roots of what is new; without one every root is worked out.
     ``summary``: the text of the summary a compacted history starts with; ``summaries``: how many
-    compactions the conversation has had (self_summary_count)."""
+    compactions the conversation has had (self_summary_count). ``todos``: the todo list's blobs
+    (one encoded TodoItem each, folded from the history: cursor/todos.py)."""
     system = system_root(system_prompt)
     entries, blobs = (roots or RootList()).entries(stable, root_of)
     blobs.insert(0, system)
@@ -168,9 +170,11 @@ def build_checkpoint(
     rest = agent.ConversationStateStructure(
         pending_tool_calls=[encode_root(m).decode() for m in pending],
         token_details=token_details,
+        todos=[t.id for t in todos],
         mode=mode,
         self_summary_count=summaries,
     )
+    blobs += todos
     if summary is not None:
         summary_blob = Blob.of(conversation_summary(summary))
         blobs.append(summary_blob)

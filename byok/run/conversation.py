@@ -10,6 +10,7 @@ import attrs
 import trio
 
 from byok.cursor.checkpoint import Blob, RootList, root_blob
+from byok.cursor.todos import TodoFold
 from byok.model.messages import Message
 
 log = logging.getLogger("byok.run")
@@ -43,6 +44,8 @@ class ConversationMemory:
     # The summary the history of the conversation's last provider call started with ("" none):
     # a call whose history starts with another one is the first on a compacted history.
     summary_called: str = ""
+    # The todo list folded over the history (cursor/todos.py): checkpoints and TodoWrite read it.
+    todos: TodoFold = attrs.Factory(TodoFold)
 
     def root_of(self, message: Message, *, with_data: bool = False) -> Blob:
         """``message``'s root blob. Once the client holds it, only its id is needed (a checkpoint

@@ -78,6 +78,7 @@ class Run:
                 mode=mode,
                 request_context=start.request_context,
                 backends=deps.tools.backends,
+                todos=memory.todos,
             ),
             agent_mode=start.mode,
             registry=registry,

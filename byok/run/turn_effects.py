@@ -32,6 +32,7 @@ from byok.cursor.checkpoint import (
 )
 from byok.cursor.exec_router import dispatch
 from byok.cursor.prompting import ModeAssets
+from byok.cursor.todos import TOOL_NAME as TODO_TOOL
 from byok.cursor.token_details import token_details
 from byok.cursor.tools.base import ArgsStream, ToolDef, ToolOutcome
 from byok.cursor.tools.error_cards import unknown_tool_call
@@ -292,6 +293,9 @@ class TurnEffects:
             blobs.append(self._step_blob(ahead.step))
         if ahead.settled_steps is not None:
             blobs.append(self._turn_of(ahead.settled_steps).structure())
+        if ahead.message.tool_name == TODO_TOOL and not ahead.message.is_error:
+            todos = self.ctx.memory.todos
+            blobs += todos.blobs(todos.todos(self.ctx.head.messages, (ahead.message,)))
         return blobs
 
     async def _commit(self, command: Command) -> Input:
@@ -376,6 +380,7 @@ class TurnEffects:
     ) -> Checkpoint:
         c = self.ctx
         first = stable[0] if stable else None
+        todos = c.memory.todos
         return build_checkpoint(
             system_prompt=c.assets.system,
             stable=stable,
@@ -388,6 +393,7 @@ class TurnEffects:
             roots=c.memory.root_list,
             summary=summary_text(first) if first is not None and first.origin == "summary" else None,
             summaries=summary_count(stable),
+            todos=todos.blobs(todos.todos(stable)),
         )
 
     def _turn_of(self, steps: tuple[Step, ...]) -> TurnRecord:

@@ -32,8 +32,9 @@ def turn(text: str, conv: str = "conv-1", msg: str = "m1", model: str = "byok-de
 
 
 def referenced_blobs(state: agent.ConversationStateStructure, blobs: dict[bytes, bytes]) -> set[bytes]:
-    """Every blob id a checkpoint reaches: roots, turns, and each turn's user message and steps."""
-    out = set(state.root_prompt_messages_json) | set(state.turns)
+    """Every blob id a checkpoint reaches: roots, turns, todos, and each turn's user message and
+    steps."""
+    out = set(state.root_prompt_messages_json) | set(state.turns) | set(state.todos)
     for turn_id in state.turns:
         structure = agent.ConversationTurnStructure.parse(blobs[turn_id]).agent_conversation_turn
         assert structure is not None
@@ -42,14 +43,17 @@ def referenced_blobs(state: agent.ConversationStateStructure, blobs: dict[bytes,
     return out
 
 
-def assert_checkpoints_reference_only_acked(tr: Transcript, blobs: dict[bytes, bytes]) -> None:
+def assert_checkpoints_reference_only_acked(
+    tr: Transcript, blobs: dict[bytes, bytes], held: frozenset[bytes] = frozenset()
+) -> None:
     """Each checkpoint frame references only blobs whose ACK the client had posted before the
     frame was read (Recorded.acked_before; CursorSim reads RunSSE in its own task, so a
-    checkpoint the daemon sent without waiting for the ACKs arrives stamped without them)."""
+    checkpoint the daemon sent without waiting for the ACKs arrives stamped without them), or
+    ``held``: blobs the client held before the run (an earlier turn's)."""
     for rec in tr.frames:
         if rec.kind == "conversation_checkpoint":
             state = rec.message.conversation_checkpoint_update
-            missing = referenced_blobs(state, blobs) - rec.acked_before
+            missing = referenced_blobs(state, blobs) - rec.acked_before - held
             assert not missing, f"checkpoint references {len(missing)} blob(s) not ACKed before it"
 
 

@@ -42,9 +42,11 @@ EXPECTED_PARAMETERS = {
     "GetMcpTools": {"server", "toolName", "pattern"},
     "CallMcpTool": {"server", "toolName", "arguments"},
     "FetchMcpResource": {"server", "uri", "downloadPath"},
+    "TodoWrite": {"todos", "merge"},
 }
 READ_ONLY = {"Read", "Grep", "Glob", "ReadLints"}
 MCP = {"GetMcpTools", "CallMcpTool", "FetchMcpResource"}  # every mode: MCP servers are the user's own
+EVERY_MODE = {"TodoWrite"}  # server-local tools that change nothing in the workspace
 AWAITING_MODULES: set[str] = set()
 
 
@@ -133,8 +135,8 @@ def test_mode_tool_sets() -> None:
         "prompt/modes/subagent/tools.json: the agent's tools but AskQuestion"
     )
     assert names["compaction"] == []
-    assert set(names["ask"]) == READ_ONLY | MCP
-    assert set(names["plan"]) == READ_ONLY | {"Shell"} | MCP
+    assert set(names["ask"]) == READ_ONLY | MCP | EVERY_MODE
+    assert set(names["plan"]) == READ_ONLY | {"Shell"} | MCP | EVERY_MODE
     # Manifest order is the order the provider sees.
     manifest = json.loads((ROOT / "modes" / "plan" / "tools.json").read_text(encoding="utf-8"))
     assert names["plan"] == manifest

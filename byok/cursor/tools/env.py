@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import attrs
 
+from byok.cursor.todos import TodoFold
 from byok.model.messages import Message
 from byok.pb.agent import v1 as agent
 
@@ -25,6 +26,9 @@ class ToolEnv:
     # The committed history when the round's calls were dispatched: folds such as the todo list
     # read it (the messages are the only source of truth, seeds 000 §24).
     messages: tuple[Message, ...] = ()
+    # The conversation's todo fold over those messages (kept across its runs, extended as the
+    # history grows): TodoWrite starts from its list.
+    todos: TodoFold = attrs.Factory(TodoFold)
     # Server-side backends configured for this daemon ("search", "images").
     backends: frozenset[str] = frozenset()
     # (server_identifier, tool_name) -> the definition exactly as the client's MCP state gave it;

@@ -12,6 +12,7 @@ from byok.cursor.tools import (
     read_tool,
     search_tools,
     shell_tool,
+    todo_tool,
 )
 from byok.cursor.tools.base import ToolDef
 from byok.pb.agent import v1 as agent
@@ -25,6 +26,7 @@ MODULES: tuple[ModuleType, ...] = (
     edit_tools,
     shell_tool,
     mcp_tools,
+    todo_tool,
 )
 
 
