@@ -16,6 +16,7 @@ import trio
 
 from byok import fd_limit
 from byok.config import Config, ConfigError
+from byok.config_reload import reload_plan
 from byok.cursor import proto_decode
 from byok.cursor.prompting import PromptAssetError, default_prompt_root, load_prompt_assets
 from byok.cursor.tools.catalog import ToolCatalogError, load_tool_catalog, mode_tools
@@ -113,6 +114,25 @@ RENDERS_SAVE_S = 10.0
 CALL_LOG_DEFER_S = 1.0
 
 
+def _warn_about_keys(config: Config) -> None:
+    for provider in config.providers:
+        try:
+            provider.api_key()
+        except ConfigError as e:
+            # A service does not see the shell's environment: say so now, not at the first turn.
+            log.warning("%s (runs on provider %r fail until it is set)", e, provider.id)
+    _warn_if_others_read_secrets(config)
+
+
+async def _apply_reloads(reloads: trio.MemoryReceiveChannel[Config], app: App, config: Config) -> None:
+    """Each config sent (the CLI's SIGHUP, read and checked) replaces the running one."""
+    async for new in reloads:
+        config, changes = reload_plan(config, new)
+        app.reconfigure(config)
+        log.info("config reloaded from %s: %s", config.source, "; ".join(changes) or "nothing changed")
+        _warn_about_keys(config)
+
+
 def _warn_if_others_read_secrets(config: Config) -> None:
     """A config file that holds keys should be readable by its owner alone."""
     holders = [p.id for p in config.providers if p.secrets_in_file]
@@ -144,10 +164,12 @@ def _warn_if_others_read_secrets(config: Config) -> None:
 async def run_daemon(
     config: Config,
     *,
+    reloads: trio.MemoryReceiveChannel[Config] | None = None,
     task_status: trio.TaskStatus[tuple[str, Callable[[], None]]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve until ``stop`` (given to ``task_status.started`` with the base URL) is called: then
-    stop accepting runs, let active runs finish within shutdown_grace_s, cancel the rest, return."""
+    stop accepting runs, let active runs finish within shutdown_grace_s, cancel the rest, return.
+    Each config received on ``reloads`` replaces the running one (config_reload.py)."""
     credential = _lan_credential(config)
     # Every protobuf class's metadata now (~50-90 ms), not on the first turn's path (47 ms there).
     proto_decode.prime([agent, aiserver])
@@ -162,13 +184,7 @@ async def run_daemon(
         )
     except (PromptAssetError, ToolCatalogError) as e:  # a broken install: no mode falls back
         raise StartupError(f"cannot load the prompt assets: {e}") from e
-    for provider in config.providers:
-        try:
-            provider.api_key()
-        except ConfigError as e:
-            # A service does not see the shell's environment: say so now, not at the first turn.
-            log.warning("%s (runs on provider %r fail until it is set)", e, provider.id)
-    _warn_if_others_read_secrets(config)
+    _warn_about_keys(config)
     lock = _lock_data_dir(config)
     with _starting(f"use data_dir {config.server.data_dir}"), _released_on_error(lock):
         store = await AsyncStore.open(config.server.data_dir)
@@ -246,6 +262,8 @@ async def run_daemon(
             log.info(
                 "%s", summary(config, base_url, pid=os.getpid(), version=byok_version(), proxy=proxy_line)
             )
+            if reloads is not None:
+                nursery.start_soon(_apply_reloads, reloads, app, config)
             stop = trio.Event()
             task_status.started((base_url, stop.set))
             await stop.wait()

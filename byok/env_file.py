@@ -55,10 +55,15 @@ class EnvFile:
         self.environ = os.environ if environ is None else environ
         self._applied: set[str] = set()
 
-    def apply(self) -> list[str]:
-        """Read the file and set its variables; returns the names that changed (values are never
-        returned: they are keys). On an error nothing changes."""
-        values = read_env_file(self.path)
+    def read(self) -> dict[str, str]:
+        return read_env_file(self.path)
+
+    def apply(self, values: dict[str, str] | None = None) -> list[str]:
+        """Set the file's variables (``values``, as ``read`` gave them, else read now); returns the
+        names that changed (values are never returned: they are keys). A file that cannot be
+        read changes nothing."""
+        if values is None:
+            values = self.read()
         changed = []
         for name in sorted(self._applied - values.keys()):
             if self.environ.pop(name, None) is not None:

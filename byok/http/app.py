@@ -113,6 +113,16 @@ class App:
         except ClientGone:
             return
 
+    def reconfigure(self, config: Config) -> None:
+        """Serve from now on with ``config`` (a reload): routing, model lists and new runs use
+        it; a run already going keeps the config it started with."""
+        self.config = self.appends.config = self.run_streams.config = config
+        self.service.reconfigure(config)
+        if self.model_list is not None:
+            self.model_list.reconfigure(config)
+        if self.offline is not None:
+            self.offline.reconfigure(config)
+
     async def _upstream_ok(self) -> bool:
         return self.health is None or await self.health.reachable()
 

@@ -205,6 +205,9 @@ class ModelListRoutes:
         self._timeout_s = timeout_s
         self._limit = config.server.max_body_bytes
 
+    def reconfigure(self, config: Config) -> None:
+        self._config = config
+
     @property
     def models(self) -> tuple[ModelConfig, ...]:
         return self._config.enabled_models()

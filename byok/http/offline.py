@@ -91,6 +91,9 @@ class OfflineAnswers:
     def __init__(self, config: Config) -> None:
         self._config = config
 
+    def reconfigure(self, config: Config) -> None:
+        self._config = config
+
     @staticmethod
     def matches(scope: Scope) -> bool:
         if scope.get("type") != "http":

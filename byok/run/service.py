@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+import attrs
 import trio
 
 from byok.config import Config
@@ -52,6 +53,12 @@ class RunService:
         # ends here, their provider calls in the effects.
         self.activity = deps.activity
 
+    def reconfigure(self, config: Config) -> None:
+        """Runs that start from now use ``config``; those running keep theirs (their deps)."""
+        self.config = config
+        self.deps = attrs.evolve(self.deps, config=config)
+        self.deps.call_log.detailed = config.logging.detailed
+
     def start(self, slot: RunSlot, parse: Callable[[], RunStart]) -> Failed | None:
         """Start the run the run_request asks for (``parse`` validates it), or refuse it: its
         stream then ends with the refusal, which is returned."""
@@ -68,7 +75,7 @@ class RunService:
             self.refuse(slot, failure)
             return failure
         slot.run_started = True
-        self.nursery.start_soon(self._run, slot, start)
+        self.nursery.start_soon(self._run, slot, start, self.deps)  # the deps it was accepted under
         return None
 
     def refuse(self, slot: RunSlot, failure: Failed) -> None:
@@ -99,7 +106,7 @@ class RunService:
             log.info("request %s: RunSSE gone for %gs, cancelling the run", slot.request_id, grace)
             slot.cancel_run()
 
-    async def _run(self, slot: RunSlot, start: RunStart) -> None:
+    async def _run(self, slot: RunSlot, start: RunStart, deps: RunDeps) -> None:
         sup = self.supervisors.get(start.conversation_id)
         me = ActiveRun(
             start.request_id,
@@ -107,7 +114,7 @@ class RunService:
             trio.Event(),
             start.conversation_id,
             start.model_id,
-            self.deps.wall_ms(),
+            deps.wall_ms(),
         )
         slot.cancel_run = me.scope.cancel
         self.active.add(me)
@@ -115,7 +122,7 @@ class RunService:
         if self._idle.is_set():
             self._idle = trio.Event()
         try:
-            await sup.run(me, Run(slot, start, self.deps, sup).run)
+            await sup.run(me, Run(slot, start, deps, sup).run)
         finally:
             slot.finished.set()
             # The slot lingers for a reconnecting RunSSE: it must not keep the finished run (its

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from byok.config_load import load_config
+from byok.config_reload import reload_plan
 from byok.env_file import EnvFile, EnvFileError, parse_env
 from byok.log_setup import LogLevelError, parse_level
 from byok.loop.turn_values import Canceled, Failed, Succeeded
@@ -136,3 +137,22 @@ def test_summary(tmp_path: Path) -> None:
         f"  data dir: {tmp_path / 'd'}",
         "  HTTPS proxy: http://127.0.0.1:8791 (CA x)",
     ]
+
+
+def test_reload_plan(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(CONFIG)
+    old = load_config(path, overrides={"data_dir": str(tmp_path / "d")})
+    changed = CONFIG.replace('upstream_model = "gpt-a"', 'upstream_model = "gpt-a2"').replace(
+        'id = "hidden"', 'id = "new"'
+    )
+    path.write_text("[server]\nport = 9999\nheartbeat_s = 1.0\n[logging]\ndetailed = true\n" + changed)
+    new = load_config(path, overrides={"data_dir": str(tmp_path / "d")})
+    effective, lines = reload_plan(old, new)
+    assert lines == [
+        "models: added new; removed hidden; changed a",
+        "[logging] changed",
+        "kept until a restart: [server] port, [server] heartbeat_s changed",
+    ]
+    assert effective.server == old.server and effective.models == new.models and effective.logging.detailed
+    assert reload_plan(old, old) == (old, [])
