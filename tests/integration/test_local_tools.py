@@ -132,3 +132,77 @@ async def test_todo_write_twice_merges_and_the_checkpoint_holds_the_list(env: En
     assert_checkpoints_reference_only_acked(tr2, env.sim.blobs, held)
     result = tool_results(env.daemon, 3)["call_t2"]
     assert "[completed] read" in result and "[pending] ship: Ship it" in result
+
+
+NOTEBOOK = {
+    "cells": [
+        {
+            "cell_type": "code",
+            "execution_count": 1,
+            "id": "c0ffee01",
+            "metadata": {},
+            "outputs": [{"output_type": "stream", "name": "stdout", "text": ["1\n"]}],
+            "source": ["x = 1\n", "print(x)"],
+        }
+    ],
+    "metadata": {},
+    "nbformat": 4,
+    "nbformat_minor": 5,
+}
+
+
+async def test_edit_notebook_edits_a_cell_and_inserts_one_in_a_real_notebook(env: Env) -> None:
+    path = env.root / "analysis.ipynb"
+    path.write_text(json.dumps(NOTEBOOK, indent=1) + "\n")
+    edit = {
+        "target_notebook": "analysis.ipynb",
+        "cell_idx": 0,
+        "is_new_cell": False,
+        "cell_language": "python",
+        "old_string": "x = 1",
+        "new_string": "x = 42",
+    }
+    insert = {
+        "target_notebook": "analysis.ipynb",
+        "cell_idx": 1,
+        "is_new_cell": True,
+        "cell_language": "markdown",
+        "old_string": "",
+        "new_string": "## Result\nThe answer.",
+    }
+    env.daemon.provider.enqueue(
+        chat_tool_script([("call_e", "EditNotebook", json.dumps(edit))]),
+        chat_tool_script([("call_i", "EditNotebook", json.dumps(insert))]),
+        chat_text_script(["edited"]),
+    )
+    tr = await env.sim.run("req-nb", turn("edit the notebook", "conv-nb", "m-nb"))
+    assert tr.end_stream == {}
+    nb = json.loads(path.read_text())
+    assert [c["cell_type"] for c in nb["cells"]] == ["code", "markdown"]
+    assert nb["cells"][0]["source"] == ["x = 42\n", "print(x)"]
+    assert nb["cells"][0]["outputs"] == NOTEBOOK["cells"][0]["outputs"]
+    assert nb["cells"][1]["source"] == ["## Result\n", "The answer."]
+    # The edit path: a hidden read, then a write, for each call.
+    assert [e.kind for e in tr.execs] == ["read_args", "write_args", "read_args", "write_args"]
+    done = completed(tr)
+    first = done["call_e"].edit_tool_call
+    assert first.args.path == "analysis.ipynb" and first.args.stream_content == "x = 42"
+    success = first.result.success
+    assert (success.lines_added, success.lines_removed) == (1, 1)
+    assert '"x = 42\\n"' in success.diff_string and success.before_full_file_content is not None
+    assert done["call_i"].edit_tool_call.result.success.after_full_file_content == path.read_text()
+    results = tool_results(env.daemon, 2)
+    assert results["call_e"].startswith("Edited cell 0 of analysis.ipynb")
+    assert results["call_i"].startswith("Inserted a new cell at index 1 of analysis.ipynb")
+    # A cell that is not there: an error card, the file untouched.
+    before = path.read_text()
+    bad = dict(edit, cell_idx=5)
+    env.daemon.provider.enqueue(
+        chat_tool_script([("call_bad", "EditNotebook", json.dumps(bad))]), chat_text_script(["oops"])
+    )
+    state = tr.checkpoints()[-1]
+    tr2 = await env.sim.run("req-nb-2", turn("once more", "conv-nb", "m-nb-2", state=state))
+    assert tr2.end_stream == {}
+    assert path.read_text() == before
+    error = completed(tr2)["call_bad"].edit_tool_call.result.error
+    assert "has no cell 5" in error.error

@@ -43,6 +43,14 @@ EXPECTED_PARAMETERS = {
     "CallMcpTool": {"server", "toolName", "arguments"},
     "FetchMcpResource": {"server", "uri", "downloadPath"},
     "TodoWrite": {"todos", "merge"},
+    "EditNotebook": {
+        "target_notebook",
+        "cell_idx",
+        "is_new_cell",
+        "cell_language",
+        "old_string",
+        "new_string",
+    },
 }
 READ_ONLY = {"Read", "Grep", "Glob", "ReadLints"}
 MCP = {"GetMcpTools", "CallMcpTool", "FetchMcpResource"}  # every mode: MCP servers are the user's own

@@ -39,7 +39,7 @@ from byok.pb.agent import v1 as agent
 MODEL_DIFF_LIMIT = 8_000
 
 
-class _ContentStream:
+class ContentStream:
     """ArgsStream: the streamed value of one argument, decoded and LF-normalised, as edit deltas."""
 
     def __init__(self, key: str) -> None:
@@ -76,7 +76,7 @@ Apply = Callable[[str | None], str]
 Describe = Callable[[str | None, str, int, int], str]
 
 
-class _EditExecution:
+class EditExecution:
     """read_args -> (compute) -> write_args -> Finish. Results belong to the current phase's exec."""
 
     def __init__(self, inv: Invocation, edit_args: agent.EditArgs, apply: Apply, describe: Describe) -> None:
@@ -233,7 +233,7 @@ def _parse_write(args: Mapping[str, Any]) -> Mapping[str, Any]:
     return {"path": path, "contents": normalize_newlines(contents)}
 
 
-def _execute_write(inv: Invocation) -> _EditExecution:
+def _execute_write(inv: Invocation) -> EditExecution:
     contents: str = inv.args["contents"]
     path: str = inv.args["path"]
 
@@ -244,7 +244,7 @@ def _execute_write(inv: Invocation) -> _EditExecution:
             return f"Wrote {_lines(after)} lines to {path} (no changes)."
         return f"Wrote {_lines(after)} lines to {path} (+{added} -{removed})."
 
-    return _EditExecution(inv, _edit_args(inv.args, "contents"), lambda _before: contents, describe)
+    return EditExecution(inv, _edit_args(inv.args, "contents"), lambda _before: contents, describe)
 
 
 WRITE = ToolDef(
@@ -254,7 +254,7 @@ WRITE = ToolDef(
     parse=_parse_write,
     ui=lambda args: agent.EditToolCall(args=_edit_args(args, "contents")),
     execute=_execute_write,
-    args_stream=lambda: _ContentStream("contents"),
+    args_stream=lambda: ContentStream("contents"),
 )
 
 
@@ -272,7 +272,7 @@ def _parse_str_replace(args: Mapping[str, Any]) -> Mapping[str, Any]:
     return {"path": path, "old_string": old, "new_string": new, "replace_all": replace_all}
 
 
-def _execute_str_replace(inv: Invocation) -> _EditExecution:
+def _execute_str_replace(inv: Invocation) -> EditExecution:
     path: str = inv.args["path"]
     old: str = inv.args["old_string"]
     new: str = inv.args["new_string"]
@@ -291,7 +291,7 @@ def _execute_str_replace(inv: Invocation) -> _EditExecution:
         noun = "occurrence" if replaced == 1 else "occurrences"
         return f"Replaced {replaced} {noun} in {path} (+{added} -{removed})."
 
-    return _EditExecution(inv, _edit_args(inv.args, "new_string"), apply, describe)
+    return EditExecution(inv, _edit_args(inv.args, "new_string"), apply, describe)
 
 
 STR_REPLACE = ToolDef(
@@ -301,7 +301,7 @@ STR_REPLACE = ToolDef(
     parse=_parse_str_replace,
     ui=lambda args: agent.EditToolCall(args=_edit_args(args, "new_string")),
     execute=_execute_str_replace,
-    args_stream=lambda: _ContentStream("new_string"),
+    args_stream=lambda: ContentStream("new_string"),
 )
 
 

@@ -8,6 +8,7 @@ from byok.cursor.tools import (
     delete_tool,
     edit_tools,
     mcp_tools,
+    notebook_tool,
     read_lints_tool,
     read_tool,
     search_tools,
@@ -27,6 +28,7 @@ MODULES: tuple[ModuleType, ...] = (
     shell_tool,
     mcp_tools,
     todo_tool,
+    notebook_tool,
 )
 
 
