@@ -97,22 +97,27 @@ def _begin_user_turn(
     *,
     may_import: bool,
 ) -> Begun:
-    """The start of a user turn in one hop to the store's thread and one fsync: load the head,
+    """The start of a user turn in one hop to the store's thread and one commit: load the head,
     branch for an edit, append the runtime message exactly once (a retried run_request replays)
-    with the run's row in the same transaction."""
+    with the run's row in the same transaction.
+
+    Its writes are not fsynced (``durable=False``, ``synchronous=NORMAL``): they survive a kill -9
+    of byok, and only an OS crash or power loss can lose them, before the client has seen anything
+    of this run (it sends the message again). The run's first commit the client is told about
+    (an answer, a tool round) is FULL and fsyncs them with it."""
     head = s.head(conversation_id)
     turns = s.turns_at(head.revision_id)
     if head.version == 0 and may_import:
-        s.start_run(run[0], conversation_id, run[1], now_ms)
+        s.start_run(run[0], conversation_id, run[1], now_ms, durable=False)
         return Begun(head, turns, appended=False)
     if s.runtime_event_message(conversation_id, event_id) is not None:
-        s.start_run(run[0], conversation_id, run[1], now_ms)
+        s.start_run(run[0], conversation_id, run[1], now_ms, durable=False)
         return Begun(head, turns, appended=True)
     if message_id:
         seen, anchor = s.input_anchor(conversation_id, message_id)
         if seen and anchor != head.revision_id:
             # An edited (or retried) message: branch from the revision before it.
-            head = s.move_head(conversation_id, head.version, anchor, now_ms)
+            head = s.move_head(conversation_id, head.version, anchor, now_ms, durable=False)
             turns = s.turns_at(anchor)
     head = s.append(
         conversation_id,
@@ -122,6 +127,7 @@ def _begin_user_turn(
         event_id=event_id,
         input_id=message_id or None,
         start_run=run,
+        durable=False,
     )
     return Begun(head, turns, appended=True)
 
@@ -184,7 +190,14 @@ async def start_point(
         assert runtime is not None and st.user_message is not None
         input_id = st.user_message.message_id or None
         head = await _append(
-            store, st, head, runtime, wall_ms(), event_id=_run_event_id(st), input_id=input_id
+            store,
+            st,
+            head,
+            runtime,
+            wall_ms(),
+            event_id=_run_event_id(st),
+            input_id=input_id,
+            durable=False,  # as in _begin_user_turn
         )
     staged: Message | None = None
     if plan.resume:
@@ -267,10 +280,17 @@ async def _append(
     *,
     event_id: str,
     input_id: str | None = None,
+    durable: bool = True,
 ) -> Head:
     with _aborted_on_conflict():
         return await store.append(
-            st.conversation_id, head.version, [message], now_ms, event_id=event_id, input_id=input_id
+            st.conversation_id,
+            head.version,
+            [message],
+            now_ms,
+            event_id=event_id,
+            input_id=input_id,
+            durable=durable,
         )
 
 

@@ -81,6 +81,7 @@ class AsyncStore:
         event_id: str | None = None,
         input_id: str | None = None,
         rebase: bool = False,
+        durable: bool = True,
     ) -> Head:
         return await self.call(
             SQLiteStore.append,
@@ -91,6 +92,7 @@ class AsyncStore:
             event_id=event_id,
             input_id=input_id,
             rebase=rebase,
+            durable=durable,
         )
 
     async def move_head(

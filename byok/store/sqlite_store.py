@@ -5,6 +5,13 @@ parent; a revision never changes once committed. Editing a message is "move the 
 that input was anchored, then append", so old branches stay readable. Every write is one
 ``BEGIN IMMEDIATE`` transaction guarded by a compare-and-swap on ``conversations.version``.
 
+Durability: the connection runs ``synchronous=FULL`` (the WAL is fsynced at every commit). A write
+passed ``durable=False`` commits at ``synchronous=NORMAL``: its frames are written to the WAL (a
+kill -9 of byok cannot lose them) but not fsynced, so only an OS crash or a power loss can. It is
+for the run's runtime message before the provider call, of which the client has seen nothing yet.
+The next FULL commit fsyncs the WAL file, and with it every frame before its own: whatever a
+checkpoint, a tool result or ``turn_ended`` depends on is on disk before the client hears of it.
+
 Not thread-safe by itself: AsyncStore serializes all calls through one worker at a time.
 """
 
@@ -63,8 +70,9 @@ class SQLiteStore:
     # -- transactions ---------------------------------------------------------------------------
 
     @contextmanager
-    def _transaction(self, *, write: bool) -> Iterator[sqlite3.Connection]:
+    def _transaction(self, *, write: bool, durable: bool = True) -> Iterator[sqlite3.Connection]:
         """One transaction; sqlite errors surface as StoreError, any exception rolls back.
+        ``durable=False``: a write committed at ``synchronous=NORMAL`` (module docstring).
 
         Reads use a deferred BEGIN too, so a multi-statement read sees one snapshot even when another
         process writes the same file.
@@ -72,18 +80,32 @@ class SQLiteStore:
         conn = self._conn
         if conn is None:
             raise StoreError("store is closed")
+        relaxed = write and not durable
         try:
-            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            if relaxed:  # outside the transaction: the setting is read when COMMIT syncs
+                conn.execute("PRAGMA synchronous=NORMAL")
             try:
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException:
-                # Some errors (disk full, I/O) already rolled back; a second ROLLBACK would raise.
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+                conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+                try:
+                    yield conn
+                    conn.execute("COMMIT")
+                except BaseException:
+                    # Some errors (disk full, I/O) already rolled back; a second ROLLBACK would raise.
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+            finally:
+                if relaxed:
+                    conn.execute("PRAGMA synchronous=FULL")
         except sqlite3.Error as e:
             raise StoreError(f"sqlite: {e}") from e
+
+    @property
+    def synchronous(self) -> int:
+        """The connection's ``PRAGMA synchronous`` between transactions (2: FULL)."""
+        if self._conn is None:
+            raise StoreError("store is closed")
+        return int(self._conn.execute("PRAGMA synchronous").fetchone()[0])
 
     # -- conversations --------------------------------------------------------------------------
 
@@ -121,10 +143,12 @@ class SQLiteStore:
         input_id: str | None = None,
         start_run: tuple[str, str] | None = None,
         rebase: bool = False,
+        durable: bool = True,
     ) -> Head:
         """Append ``messages`` as a new head revision, if the conversation is still at
         ``expected_version`` (0 = does not exist yet). Raises StaleRevision otherwise.
         ``start_run``: (request_id, model_id) of a run whose row is written in the same transaction.
+        ``durable=False``: committed at ``synchronous=NORMAL`` (module docstring).
 
         ``event_id``: exactly-once key of the runtime event these messages consume; if it was already
         consumed nothing is appended and the current head is returned (whatever its version), so a
@@ -137,7 +161,7 @@ class SQLiteStore:
             raise ValueError("append needs at least one message")
         encoded = [message.encode() for message in messages]
         ids = [message.id for message in messages]  # SHA-256 of encoded, memoised on the message
-        with self._transaction(write=True) as conn:
+        with self._transaction(write=True, durable=durable) as conn:
             if start_run is not None:
                 _runs.start_run(conn, start_run[0], conversation_id, start_run[1], now_ms)
             if event_id is not None and revisions.event_seen(conn, conversation_id, event_id):
@@ -188,11 +212,17 @@ class SQLiteStore:
         return head
 
     def move_head(
-        self, conversation_id: str, expected_version: int, revision_id: int | None, now_ms: int
+        self,
+        conversation_id: str,
+        expected_version: int,
+        revision_id: int | None,
+        now_ms: int,
+        *,
+        durable: bool = True,
     ) -> Head:
         """Point the conversation at ``revision_id`` (one of its own revisions, or None for empty).
         Compare-and-swap like append; the revisions left behind stay readable."""
-        with self._transaction(write=True) as conn:
+        with self._transaction(write=True, durable=durable) as conn:
             if revision_id is not None:
                 row = conn.execute(
                     "SELECT conversation_id FROM revisions WHERE id = ?", (revision_id,)
@@ -269,8 +299,10 @@ class SQLiteStore:
 
     # -- runs and provider calls ----------------------------------------------------------------
 
-    def start_run(self, request_id: str, conversation_id: str, model_id: str, now_ms: int) -> None:
-        with self._transaction(write=True) as conn:
+    def start_run(
+        self, request_id: str, conversation_id: str, model_id: str, now_ms: int, *, durable: bool = True
+    ) -> None:
+        with self._transaction(write=True, durable=durable) as conn:
             _runs.start_run(conn, request_id, conversation_id, model_id, now_ms)
 
     def finish_run(
