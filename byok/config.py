@@ -44,6 +44,14 @@ class ConfigError(Exception):
         super().__init__(f"{source}: {key}: {self.problem}" if key else f"{source}: {self.problem}")
 
 
+# The cache budget. A 5,000-message conversation (a long day's agent work, ~6 MB of history)
+# holds ~16 MiB in the caches: 256 MiB keeps about 16 of those hot, or hundreds of ordinary ones,
+# more than one user switches between; beside an IDE's own gigabytes it is small. Below 1 MiB
+# not even a short conversation stays (and `cache_bytes = 256` was surely meant as MiB).
+DEFAULT_CACHE_BYTES = 256 * 2**20
+MIN_CACHE_BYTES = 2**20
+
+
 @attrs.frozen
 class ServerConfig:
     host: str = DEFAULT_HOST
@@ -60,9 +68,10 @@ class ServerConfig:
     reconnect_grace_s: float = 30.0
     # On SIGTERM, active runs get this long to finish before they are cancelled.
     shutdown_grace_s: float = 10.0
-    # After this long with no run, the decoded histories and request fragments held for fast next
-    # turns are dropped and the memory handed back (run/upkeep.py).
-    idle_release_s: float = 600.0
+    # What all conversations' caches (decoded histories, request fragments, meter hashes, client
+    # memory) may hold together; past it the least recently used idle ones go
+    # (run/conversation_caches.py).
+    cache_bytes: int = DEFAULT_CACHE_BYTES
     # LAN mode (docs/lan.md). TLS on every listener: a certificate of the user's (tls_cert and
     # tls_key, PEM) or one byok's local CA issues for tls_names. A credential every request must
     # carry: auth_token_env names the variable holding it (auth_token: the token itself).

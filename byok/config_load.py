@@ -20,6 +20,7 @@ from byok.config import (
     DEFAULT_PROXY_PORT,
     DEFAULT_UPSTREAM,
     DEFAULTS_SOURCE,
+    MIN_CACHE_BYTES,
     OVERRIDES_SOURCE,
     PLACEMENTS,
     PROVIDER_KINDS,
@@ -49,7 +50,7 @@ _SERVER_KEYS = (
     "provider_retry_base_s",
     "reconnect_grace_s",
     "shutdown_grace_s",
-    "idle_release_s",
+    "cache_bytes",
     "tls_cert",
     "tls_key",
     "tls_names",
@@ -86,6 +87,12 @@ _OVERRIDE_KEYS = ("host", "port", "data_dir")
 
 
 def _server(t: Table, overrides: Mapping[str, object]) -> ServerConfig:
+    if "idle_release_s" in t.data:
+        raise t.error(
+            "idle_release_s",
+            "no longer read: the caches are bounded by cache_bytes, one byte budget shared by "
+            "all conversations (remove idle_release_s; see docs/config.md)",
+        )
     t.check_keys(_SERVER_KEYS)
     # Overrides come from CLI flags; they are validated with the same rules, reported
     # against the command line rather than the file.
@@ -124,7 +131,7 @@ def _server(t: Table, overrides: Mapping[str, object]) -> ServerConfig:
             provider_retry_base_s=t.number("provider_retry_base_s"),
             reconnect_grace_s=t.number("reconnect_grace_s"),
             shutdown_grace_s=t.number("shutdown_grace_s"),
-            idle_release_s=t.number("idle_release_s"),
+            cache_bytes=t.integer("cache_bytes", minimum=MIN_CACHE_BYTES),
         ),
         tls_cert=None if tls_cert is None else Path(tls_cert).expanduser(),
         tls_key=None if tls_key is None else Path(tls_key).expanduser(),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import math
 import os
 import ssl
 import stat
@@ -35,12 +34,12 @@ from byok.http.serve import serve_app
 from byok.pb.agent import v1 as agent
 from byok.pb.aiserver import v1 as aiserver
 from byok.run.call_log import DRAIN_TIMEOUT_S, CallLog
+from byok.run.conversation_caches import own_cap
 from byok.run.deps import RunDeps, ToolSetup
 from byok.run.upkeep import (
     RunActivity,
     between_runs,
     checkpoint_while_calling,
-    release_caches,
     tidy,
     until_quiet,
 )
@@ -187,7 +186,7 @@ async def run_daemon(
     _warn_about_keys(config)
     lock = _lock_data_dir(config)
     with _starting(f"use data_dir {config.server.data_dir}"), _released_on_error(lock):
-        store = await AsyncStore.open(config.server.data_dir)
+        store = await AsyncStore.open(config.server.data_dir, cache_bytes=own_cap(config.server.cache_bytes))
         # Runs a crash left 'running' can never finish now: record them as interrupted, once.
         interrupted = await store.interrupt_running_runs(int(time.time() * 1000))
     if interrupted:
@@ -224,16 +223,6 @@ async def run_daemon(
             # runs, WAL checkpoints only while every run waits on its provider.
             await nursery.start(between_runs, app.activity, functools.partial(tidy, store))
             await nursery.start(checkpoint_while_calling, app.activity, store)
-            # The caches kept for fast next turns, after a long idle.
-            await nursery.start(
-                functools.partial(
-                    between_runs,
-                    app.activity,
-                    functools.partial(release_caches, store, app.supervisors, call_log, deps.renders),
-                    idle_s=config.server.idle_release_s,
-                    max_gap_s=math.inf,
-                )
-            )
             tls = _listener_tls(config)
             served = app if credential is None else lan.guard(app, credential)
             with _starting(f"listen on {config.server.host}:{config.server.port}"):
@@ -271,6 +260,7 @@ async def run_daemon(
             await app.shutdown(config.server.shutdown_grace_s)
             with trio.move_on_after(RENDERS_SAVE_S):  # the next start's first turns start from them
                 await deps.renders.save_all(store)
+            app.service.caches.close()
             await app.run_streams.drain_streams(STREAM_DRAIN_S)
             if stop_proxy is not None:
                 stop_proxy()

@@ -217,6 +217,11 @@ class RootList:
         self._last: weakref.ref[Message] | None = None
         self._entries = b""
 
+    @property
+    def size(self) -> int:
+        """Bytes of the kept entries."""
+        return len(self._entries)
+
     def entries(
         self, stable: Sequence[Message], root_of: Callable[[Message], Blob]
     ) -> tuple[bytes, list[Blob]]:

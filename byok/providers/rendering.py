@@ -18,17 +18,21 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
-
-import attrs
 
 from byok.model.body import SplicedBody
 from byok.model.messages import SPLICE_MIN, json_string
 from byok.model.projection import expanded
 from byok.model.request import HistoryItem, RenderedPrefix, RenderedRequest, ToolSpec
-from byok.providers.fragment_cache import SizedLru
+from byok.providers.render_cache import (  # noqa: F401 - re-exported: the adapters' and tests' names
+    FRAGMENTS,
+    cached,
+    forget_rendered,
+    keep_prefix,
+    rendered_prefix,
+)
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 # The C encoder JSONEncoder.encode builds on every call, built once (~1.5 us of each item's ~5 us
@@ -113,69 +117,6 @@ def tools_json(shape: Callable[[ToolSpec], Any], tools: tuple[ToolSpec, ...]) ->
     return dumps([shape(t) for t in tools])
 
 
-# Cache key -> the texts it renders to. Shared by the three adapters (keys start with the kind).
-# Sized by the texts plus the item's own text: the key keeps that alive once the store has
-# evicted the decoded history it came from.
-FRAGMENTS: SizedLru[Hashable, tuple[bytes, ...]] = SizedLru(
-    24 * 2**20, lambda _key, texts: sum(2 * len(t) + 100 for t in texts) + 100
-)
-
-
-def cached(key: Hashable, render: Callable[..., Iterable[bytes]], *args: Any) -> tuple[bytes, ...]:
-    """The texts of ``key``, rendered by ``render(*args)`` when not cached."""
-    texts = FRAGMENTS.get(key)
-    if texts is None:
-        texts = tuple(render(*args))
-        FRAGMENTS.put(key, texts)
-    return texts
-
-
-@attrs.frozen
-class _Prefix:
-    match: tuple[Hashable, ...]  # a history that starts with these items...
-    count: int  # ...renders its first ``count`` items (at most len(match)) to texts that
-    texts: tuple[bytes, ...]  # can no longer change: these
-    size: int  # bytes of texts
-
-
-# The last render's final prefix per adapter key (kind, settings the texts depend on): a turn
-# looks up only the items its history added. At 5,000 messages the per-item lookups were
-# ~2.6 ms of every warm render.
-_PREFIXES: dict[Hashable, _Prefix] = {}
-_MAX_PREFIXES = 8
-
-
-def rendered_prefix(key: Hashable, history: tuple[Hashable, ...]) -> tuple[int, list[bytes], int]:
-    """``(count, texts, size)``: the texts the first ``count`` items of ``history`` render to,
-    from the last render under ``key`` if ``history`` starts with what it kept; else
-    ``(0, [], 0)``. Item equality is the test (identical objects compare at C speed): equal
-    items render to equal texts."""
-    kept = _PREFIXES.get(key)
-    if kept is not None:
-        n = len(kept.match)
-        if n <= len(history) and history[:n] == kept.match:
-            return kept.count, list(kept.texts), kept.size
-    return 0, [], 0
-
-
-def keep_prefix(
-    key: Hashable, match: tuple[Hashable, ...], count: int, texts: list[bytes], size: int
-) -> None:
-    """Remember, for the next render under ``key``, that a history starting with ``match``
-    renders its first ``count`` items to ``texts`` (``size`` bytes). The kept prefixes together
-    hold no more than the fragment cache may (the oldest go first): their texts, and the items'
-    own texts, stay alive after the caches let them go, so each counts twice its size as a
-    fragment does."""
-    _PREFIXES.pop(key, None)
-    if not count or 2 * size > FRAGMENTS.max_bytes:
-        return
-    _PREFIXES[key] = _Prefix(match, count, tuple(texts), size)
-    total = sum(2 * kept.size for kept in _PREFIXES.values())
-    while len(_PREFIXES) > _MAX_PREFIXES or total > FRAGMENTS.max_bytes:
-        oldest = next(iter(_PREFIXES))
-        total -= 2 * _PREFIXES.pop(oldest).size
-
-
 def render_start(
     key: Hashable,
     history: tuple[HistoryItem, ...],
@@ -225,15 +166,6 @@ def place_tools(
         return None
     body["tools"] = TOOLS_SLOT
     return tools_json(shape, tools)
-
-
-def forget_rendered() -> int:
-    """Drop every cached render (fragments and kept prefixes); returns the bytes the fragment
-    cache held."""
-    held = FRAGMENTS.size
-    FRAGMENTS.clear()
-    _PREFIXES.clear()
-    return held
 
 
 # Placeholders no real value can equal, where the element texts and the tools array's cached

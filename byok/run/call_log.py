@@ -25,8 +25,10 @@ from byok.run.body_chain import BodyLayout, shared_bytes
 from byok.run.call_meter import (
     Finalized,
     compare_prefix,
+    digests_size,
     extends_compared,
     finalize_with_layout,
+    forget_element_digests,
     stored_last,
 )
 from byok.store import AsyncStore, BodyBase, ComparedPrefix, LlmCallRecord, SQLiteStore, StoreError
@@ -137,6 +139,20 @@ class CallLog:
                 await self._write_pending()
                 if not self._running:
                     return
+
+    def kept_bytes(self, conversation_id: str) -> int:
+        """What is kept of ``conversation_id``'s last call, estimated for the cache budget: ~64
+        bytes per compared element (its hash and layout entries) and its element digests."""
+        last = self._previous.get(conversation_id)
+        count = 0 if last is None or last.hashes is None else len(last.hashes)
+        return 64 * count + digests_size(conversation_id)
+
+    async def forget_conversation(self, conversation_id: str) -> None:
+        """Drop what is kept of ``conversation_id``'s last call and its element digests (the
+        cache budget evicted it); its next call is compared with SQLite's copy."""
+        async with self._lock:
+            self._previous.pop(conversation_id, None)
+            forget_element_digests(conversation_id)
 
     async def forget(self) -> int:
         """Drop what is kept of every conversation's last call (the idle release); returns how

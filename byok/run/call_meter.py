@@ -36,28 +36,61 @@ from byok.store import ComparedPrefix, LlmCallRecord
 # cached texts, so a long conversation hashes only its new messages. The finalize threads of
 # several CallLogs may share it.
 ELEMENT_DIGESTS: SizedLru[bytes, tuple[bytes, bool]] = SizedLru(24 * 2**20, lambda text, _: len(text) + 150)
+# A conversation's own digests (the call log's records name it): they go with its other caches
+# when the daemon's cache budget evicts it (run/conversation_caches.py). Each bounded by
+# ``_owned_max`` (the daemon sets its budget).
+_OWNED_DIGESTS: dict[str, SizedLru[bytes, tuple[bytes, bool]]] = {}
+_owned_max = [256 * 2**20]
 _DIGESTS_LOCK = threading.Lock()
 
 
-def forget_element_digests() -> None:
+def set_owned_max_bytes(max_bytes: int) -> None:
     with _DIGESTS_LOCK:
-        ELEMENT_DIGESTS.clear()
+        _owned_max[0] = max_bytes
+        for cache in _OWNED_DIGESTS.values():
+            cache.max_bytes = max_bytes
 
 
-def element_digests(elements: Sequence[bytes], memo: bool = True) -> tuple[tuple[bytes, ...], bool]:
+def forget_element_digests(owner: str | None = None) -> None:
+    """Drop ``owner``'s digests; every digest when None."""
+    with _DIGESTS_LOCK:
+        if owner is None:
+            ELEMENT_DIGESTS.clear()
+            _OWNED_DIGESTS.clear()
+        else:
+            _OWNED_DIGESTS.pop(owner, None)
+
+
+def digests_size(owner: str) -> int:
+    """What ``owner``'s digests count for: the entries' own bytes (their texts are the request
+    fragments, charged with the render)."""
+    with _DIGESTS_LOCK:
+        cache = _OWNED_DIGESTS.get(owner)
+        return 0 if cache is None else 150 * len(cache)
+
+
+def element_digests(
+    elements: Sequence[bytes], memo: bool = True, owner: str | None = None
+) -> tuple[tuple[bytes, ...], bool]:
     """Each element's SHA-256 (of its JSON bytes as sent), and whether any may hold a secret.
-    ``memo=False`` for elements cut from a body: caching them would pin a copy of the history."""
+    ``memo=False`` for elements cut from a body: caching them would pin a copy of the history.
+    ``owner``: the conversation whose cache keeps them (else the shared one)."""
     if not memo:
         digests = tuple(hashlib.sha256(e).digest() for e in elements)
         return digests, any(may_hold_secret(e) for e in elements)
     out: list[bytes] = []
     secret = False
     with _DIGESTS_LOCK:
+        cache = ELEMENT_DIGESTS
+        if owner is not None:
+            cache = _OWNED_DIGESTS.get(owner) or _OWNED_DIGESTS.setdefault(
+                owner, SizedLru(_owned_max[0], lambda text, _: len(text) + 150)
+            )
         for text in elements:
-            hit = ELEMENT_DIGESTS.get(text)
+            hit = cache.get(text)
             if hit is None:
                 hit = (hashlib.sha256(text).digest(), may_hold_secret(text))
-                ELEMENT_DIGESTS.put(text, hit)
+                cache.put(text, hit)
             out.append(hit[0])
             secret = secret or hit[1]
     return tuple(out), secret
@@ -175,7 +208,7 @@ def finalize_with_layout(rec: LlmCallRecord) -> Finalized:
     array = None
     mark = b""
     if shape is not None and shape.elements is not None and shape.array is not None:
-        hashes, secret = element_digests(shape.elements, memo=ours)
+        hashes, secret = element_digests(shape.elements, memo=ours, owner=rec.conversation_id or None)
         mark = head_mark(hashes[: shape.head])
         array = start, end = shape.array
         if not secret:  # the elements are checked; the rest of the body is small

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 import attrs
@@ -100,6 +99,18 @@ class ConversationMemory:
         if not self.unsaved:
             self.unsaved = {}  # a dict keeps its table after deletions: ~0.3 MiB at 5,000
 
+    def approx_bytes(self) -> int:
+        """What this memory holds, estimated for the cache budget (a root id's entry ~250 bytes:
+        its key, its Blob and their dict slot; an acked id ~120; an unACKed root its data)."""
+        return (
+            1024
+            + 250 * len(self.root_ids)
+            + 120 * len(self.acked)
+            + sum(200 + len(blob.data) for blob in self.roots.values())
+            + 150 * len(self.unsaved)
+            + self.root_list.size
+        )
+
     def drop_acked_roots(self) -> None:
         """Forget the data of every root blob the client now holds (after a publish's ACKs)."""
         for key in [k for k, blob in self.roots.items() if blob.id in self.acked]:
@@ -141,21 +152,15 @@ class ConversationSupervisor:
                 self.active = None
 
 
-# Conversations whose memory is kept between runs, most recent first. The daemon lives for weeks
-# and a user opens hundreds of conversations; each idle one kept ~1 MiB of ids at 5,000 messages.
-MAX_REMEMBERED = 32
-
-
 class Supervisors:
     """One supervisor per conversation with a run now or recently. An idle one (no active run)
-    may be forgotten, least recently used first, past ``max_remembered`` or on an idle release:
-    its next run starts as after a restart (the client's checkpoint tells the acked roots again,
-    the store the saved root ids). One with an active run is never forgotten: its ``active``
-    is how a new run finds the one to preempt."""
+    is forgotten when the cache budget evicts its conversation (run/conversation_caches.py): its
+    next run starts as after a restart (the client's checkpoint tells the acked roots again, the
+    store the saved root ids). One with an active run is never forgotten: its ``active`` is how
+    a new run finds the one to preempt."""
 
-    def __init__(self, max_remembered: int = MAX_REMEMBERED) -> None:
-        self._by_id: OrderedDict[str, ConversationSupervisor] = OrderedDict()
-        self.max_remembered = max_remembered
+    def __init__(self) -> None:
+        self._by_id: dict[str, ConversationSupervisor] = {}
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -164,17 +169,16 @@ class Supervisors:
         sup = self._by_id.get(conversation_id)
         if sup is None:
             sup = self._by_id[conversation_id] = ConversationSupervisor(conversation_id)
-        else:
-            self._by_id.move_to_end(conversation_id)
-        if len(self._by_id) > self.max_remembered:
-            idle = [cid for cid, s in self._by_id.items() if s.active is None and s is not sup]
-            for cid in idle[: len(self._by_id) - self.max_remembered]:
-                del self._by_id[cid]
         return sup
 
-    def forget_idle(self) -> int:
-        """Forget every conversation without an active run; how many were forgotten."""
-        idle = [cid for cid, s in self._by_id.items() if s.active is None]
-        for cid in idle:
-            del self._by_id[cid]
-        return len(idle)
+    def memory_bytes(self, conversation_id: str) -> int:
+        sup = self._by_id.get(conversation_id)
+        return 0 if sup is None else sup.memory.approx_bytes()
+
+    def forget(self, conversation_id: str) -> bool:
+        """Forget ``conversation_id`` unless it has an active run; whether it was forgotten."""
+        sup = self._by_id.get(conversation_id)
+        if sup is None or sup.active is not None:
+            return False
+        del self._by_id[conversation_id]
+        return True

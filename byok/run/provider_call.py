@@ -26,6 +26,7 @@ from byok.providers.adapters import Adapter, adapter_for
 from byok.providers.anthropic_request import DEFAULT_MAX_TOKENS
 from byok.providers.http_errors import exceeds_context, refused_option_hint, setup_hint
 from byok.providers.kinds import ANTHROPIC
+from byok.providers.render_cache import owned_by
 from byok.providers.retry import stream_with_retries
 from byok.providers.runner import CallStats, StreamParser
 from byok.run.call_log import CallLog
@@ -154,7 +155,8 @@ async def stream_model(
     awaited) whatever its end; a failure raises FailedError."""
     decided_at = trio.current_time()  # queue time runs from here to the request going out
     decided_ms = ctx.wall_ms()
-    rendered = ctx.adapter.render(request)
+    with owned_by(ctx.conversation_id):  # its texts are charged to the conversation's caches
+        rendered = ctx.adapter.render(request)
     if on_rendered is not None:
         on_rendered(rendered)
     body = rendered.source

@@ -19,6 +19,7 @@ from byok.config import Config
 from byok.cursor.request import RunRequestError, RunStart
 from byok.loop.turn_values import Failed
 from byok.run.conversation import ActiveRun, Supervisors
+from byok.run.conversation_caches import ConversationCaches
 from byok.run.deps import RunDeps
 from byok.run.runner import Run
 from byok.run.slot import RunRegistry, RunSlot
@@ -45,6 +46,15 @@ class RunService:
         self.nursery = nursery
         self.registry = RunRegistry()
         self.supervisors = Supervisors()
+        # The one cache budget: a conversation is charged at each run's end, and the least
+        # recently used idle ones go past it.
+        self.caches = ConversationCaches(
+            config.server.cache_bytes,
+            store=deps.store,
+            call_log=deps.call_log,
+            renders=deps.renders,
+            supervisors=self.supervisors,
+        )
         self.accepting = True
         self.active: set[ActiveRun] = set()
         self._idle = trio.Event()
@@ -118,6 +128,7 @@ class RunService:
         )
         slot.cancel_run = me.scope.cancel
         self.active.add(me)
+        self.caches.run_started(start.conversation_id)
         self.activity.started()
         if self._idle.is_set():
             self._idle = trio.Event()
@@ -129,6 +140,7 @@ class RunService:
             # history, its turn's cards) alive through these hooks.
             slot.cancel_run = slot.on_reattach = None
             self.active.discard(me)
+            self.nursery.start_soon(self.caches.run_ended, start.conversation_id)
             self.activity.finished()
             if not self.active:
                 self._idle.set()

@@ -1,16 +1,17 @@
-"""A long history's render, kept across restarts and the release of the caches.
+"""A long history's render, kept across restarts and the eviction of a conversation's caches.
 
-After a restart (or once the idle daemon released its caches) the first call of a conversation
-read its whole history back, decoded it, projected it and rendered it: ~0.1-0.15 s at 5,000
+After a restart (or once the cache budget evicted the conversation) the first call of a
+conversation read its whole history back, decoded it, projected it and rendered it: ~0.1-0.15 s at 5,000
 messages, before the request could go out. Now the history's first messages come from the store
 undecoded (Message.stored), and a stored render of them (store/rendered_prefixes.py) stands for
 their projection (RenderedPrefix): only the messages after it are decoded, projected and rendered.
 
-A render is saved when the caches are released and at shutdown, for each conversation called
-since, by the adapter of its last call. A daemon killed before that loses only the speed: its
-histories render from scratch once. A stored render is used only when the history's first
-messages have exactly the ids it was made of, and when it was made by this very rendering code
-(its key includes a digest of the modules that render): an upgrade never mixes two formats in one body.
+A render is saved when the cache budget evicts a conversation called since its last save, and
+at shutdown for each one called since, by the adapter of its last call. A daemon killed before
+that loses only the speed: its histories render from scratch once. A stored render is used only
+when the history's first messages have exactly the ids it was made of, and when it was made by
+this very rendering code (its key includes a digest of the modules that render): an upgrade
+never mixes two formats in one body.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from byok.model.messages import Message
 from byok.model.projection import final_prefix, project, projected_count, start_from
 from byok.model.request import ModelRequest, RenderedPrefix
 from byok.providers.adapters import Adapter, adapter_for
+from byok.providers.render_cache import owned_by
 from byok.store import AsyncStore, StoreError
 from byok.store.rendered_prefixes import messages_digest
 
@@ -123,19 +125,34 @@ class StoredRenders:
         self.called(conversation_id, adapter, template)
         return attrs.evolve(template, history=project(messages))
 
+    async def save(self, store: AsyncStore, conversation_id: str) -> int:
+        """Store ``conversation_id``'s render if it was called since its last save (before the
+        cache budget evicts it); how many rows were written."""
+        pending = self._pending.pop(conversation_id, None)
+        if pending is None:
+            return 0
+        return await _save_logged(store, conversation_id, *pending)
+
     async def save_all(self, store: AsyncStore) -> int:
         """Store the render of each pending conversation's final prefix (the messages no later
         one can change); returns how many rows were written."""
         pending, self._pending = self._pending, {}
         written = 0
         for conversation_id, (adapter, template) in pending.items():
-            try:
-                written += await _save(store, conversation_id, adapter, template)
-            except StoreError as e:
-                log.warning("could not store the render of conversation %s: %s", conversation_id, e)
-            except Exception:  # a row that does not decode: its next turn will say so; not the upkeep's end
-                log.exception("could not render conversation %s to store it", conversation_id)
+            written += await _save_logged(store, conversation_id, adapter, template)
         return written
+
+
+async def _save_logged(
+    store: AsyncStore, conversation_id: str, adapter: Adapter, template: ModelRequest
+) -> int:
+    try:
+        return await _save(store, conversation_id, adapter, template)
+    except StoreError as e:
+        log.warning("could not store the render of conversation %s: %s", conversation_id, e)
+    except Exception:  # a row that does not decode: its next turn will say so; not the caller's end
+        log.exception("could not render conversation %s to store it", conversation_id)
+    return 0
 
 
 async def _save(store: AsyncStore, conversation_id: str, adapter: Adapter, template: ModelRequest) -> bool:
@@ -143,6 +160,7 @@ async def _save(store: AsyncStore, conversation_id: str, adapter: Adapter, templ
     count, items = final_prefix(messages)
     if count < MIN_MESSAGES:
         return False
-    key, texts = adapter.prefix_texts(attrs.evolve(template, history=items))
+    with owned_by(conversation_id):  # its own fragments: most of it is rendered already
+        key, texts = adapter.prefix_texts(attrs.evolve(template, history=items))
     digest = messages_digest(m.id for m in messages[:count])
     return await store.save_rendered_prefix(conversation_id, render_key(key), count, digest, texts)

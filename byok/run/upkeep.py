@@ -14,16 +14,8 @@ One task does them once no run has been active for ``idle_s``, and after ``max_g
 unbroken activity in any case, so garbage and the WAL stay bounded; only when a run has started
 since the last time.
 
-A second one releases what the daemon keeps for fast next turns (``release_caches``) once no
-run has been active for ``idle_release_s`` (10 minutes by default). The shared caches are
-bounded (32 MiB of decoded histories, 24 MiB of request fragments, 24 MiB of element digests)
-but would otherwise stay full for the daemon's whole life; what idle conversations remember of
-their clients (root ids, acked ids) goes too, and the call log's hashes of each conversation's
-last call (they grow with its length; the next call is compared with SQLite's copy). By then
-the providers' own prompt caches have expired too (5 minutes is the usual lifetime), so the next
-turn's provider prefill costs far more than byok's cold start, which begins from the render
-stored here (run/stored_render.py: 21.5-39.2 ms at 5,000 messages on a slow VM, against 136 ms
-rendered whole).
+What the daemon keeps for fast next turns is bounded by one byte budget, not by a timer
+(run/conversation_caches.py); the heap an evicted conversation freed goes back to the OS here.
 """
 
 from __future__ import annotations
@@ -34,19 +26,11 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING
 
 import trio
 
 from byok.allocator import release_free_memory
-from byok.providers import rendering
-from byok.run.call_meter import forget_element_digests
 from byok.store import AsyncStore, SQLiteStore, StoreError
-
-if TYPE_CHECKING:  # not at run time: `byok serve` imports this module before tuning the allocator
-    from byok.run.call_log import CallLog
-    from byok.run.conversation import Supervisors
-    from byok.run.stored_render import StoredRenders
 
 log = logging.getLogger("byok.upkeep")
 
@@ -143,31 +127,6 @@ async def checkpoint_while_calling(
                 await store.call(SQLiteStore.checkpoint_wal)
             except StoreError as e:
                 log.warning("WAL checkpoint failed: %s", e)
-
-
-async def release_caches(
-    store: AsyncStore, supervisors: Supervisors, call_log: CallLog, renders: StoredRenders
-) -> None:
-    """Store the renders of the histories called since the last release (their next turn starts
-    from them), then drop every conversation's decoded history, request fragments and element
-    digests (all caches: the next turn reads them back from SQLite), what idle conversations
-    remember of their clients and the call log of its last calls, then tidy up, which hands the
-    memory back."""
-    await renders.save_all(store)
-    forgotten = supervisors.forget_idle()
-    await call_log.forget()
-    try:
-        await store.call(SQLiteStore.forget_cached)
-    except StoreError as e:
-        log.warning("could not drop the store's history cache: %s", e)
-    held = rendering.forget_rendered()
-    forget_element_digests()
-    log.debug(
-        "idle: released the caches (%.1f MiB of request fragments, %d conversations)",
-        held / 2**20,
-        forgotten,
-    )
-    await tidy(store)
 
 
 async def between_runs(

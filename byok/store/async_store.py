@@ -34,9 +34,11 @@ class AsyncStore:
         self._limiter = trio.CapacityLimiter(1)
 
     @classmethod
-    async def open(cls, data_dir: Path) -> AsyncStore:
-        """Open (creating if needed) ``<data_dir>/byok.sqlite3``; a data dir it creates is mode 0700."""
-        return cls(await trio.to_thread.run_sync(SQLiteStore.open_in, data_dir))
+    async def open(cls, data_dir: Path, *, cache_bytes: int | None = None) -> AsyncStore:
+        """Open (creating if needed) ``<data_dir>/byok.sqlite3``; a data dir it creates is mode 0700.
+        ``cache_bytes``: the most its decoded histories may hold together."""
+        opened = functools.partial(SQLiteStore.open_in, data_dir, cache_bytes=cache_bytes)
+        return cls(await trio.to_thread.run_sync(opened))
 
     @property
     def path(self) -> Path:
@@ -45,6 +47,11 @@ class AsyncStore:
     def wal_bytes(self) -> int:
         """The WAL file's size (a stat, on the calling thread: it does not touch the connection)."""
         return self._store.wal_bytes()
+
+    def cached_bytes_of(self, conversation_id: str) -> int:
+        """Bytes of ``conversation_id``'s decoded history in the store's cache (on the calling
+        thread: two dict reads)."""
+        return self._store.cached_bytes_of(conversation_id)
 
     async def call(
         self, fn: Callable[Concatenate[SQLiteStore, P], T], *args: P.args, **kwargs: P.kwargs

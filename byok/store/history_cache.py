@@ -58,6 +58,18 @@ class HistoryCache:
         self._entries.move_to_end(revision_id)
         return cached.messages
 
+    def size_of(self, conversation_id: str) -> int:
+        """Bytes of ``conversation_id``'s cached history (0 when none)."""
+        revision_id = self._by_conversation.get(conversation_id)
+        cached = None if revision_id is None else self._entries.get(revision_id)
+        return 0 if cached is None else cached.size
+
+    def forget(self, conversation_id: str) -> None:
+        """Drop ``conversation_id``'s cached history."""
+        revision_id = self._by_conversation.get(conversation_id)
+        if revision_id is not None:
+            self._drop(revision_id)
+
     def clear(self) -> None:
         self._entries.clear()
         self._by_conversation.clear()

@@ -48,12 +48,12 @@ class SQLiteStore:
         self._cache = HistoryCache(cache_bytes)
 
     @classmethod
-    def open_in(cls, data_dir: Path) -> SQLiteStore:
+    def open_in(cls, data_dir: Path, *, cache_bytes: int | None = None) -> SQLiteStore:
         """Open ``<data_dir>/byok.sqlite3``, creating a private data dir if it does not exist."""
         if not data_dir.exists():
             data_dir.mkdir(mode=0o700, parents=True)
             data_dir.chmod(0o700)  # mkdir's mode is filtered by the umask
-        return cls(data_dir / DB_FILENAME)
+        return cls(data_dir / DB_FILENAME, cache_bytes=cache_bytes or DEFAULT_CACHE_BYTES)
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -128,9 +128,18 @@ class SQLiteStore:
         if self._conn is not None:
             self._conn.execute("PRAGMA shrink_memory")
 
+    def forget_conversation(self, conversation_id: str) -> None:
+        """Drop ``conversation_id``'s decoded history (the cache budget evicted it)."""
+        self._cache.forget(conversation_id)
+
     @property
     def cached_bytes(self) -> int:
         return self._cache.size
+
+    def cached_bytes_of(self, conversation_id: str) -> int:
+        """Bytes of ``conversation_id``'s decoded history in the cache. Two dict reads: safe
+        from the event loop's thread while the worker runs (at worst one commit stale)."""
+        return self._cache.size_of(conversation_id)
 
     def append(
         self,

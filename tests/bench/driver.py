@@ -285,15 +285,15 @@ class Bench:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _config(root: Path, provider_url: str, idle_release_s: float | None = None) -> tuple[Path, Path]:
+def _config(root: Path, provider_url: str, cache_bytes: int | None = None) -> tuple[Path, Path]:
     root.mkdir(parents=True, exist_ok=True)
     data_dir = root / "data"
     cfg = root / "byok.toml"
     write_config(cfg, provider_url=provider_url, data_dir=data_dir)
     # Large blobs (a 2.2 MB tool result) and a loaded machine: no spurious KV timeouts.
     server = "kv_ack_timeout_s = 60.0"
-    if idle_release_s is not None:
-        server += f"\nidle_release_s = {idle_release_s}"
+    if cache_bytes is not None:
+        server += f"\ncache_bytes = {cache_bytes}"
     cfg.write_text(cfg.read_text().replace("kv_ack_timeout_s = 5.0", server))
     return cfg, data_dir
 
@@ -365,7 +365,7 @@ async def child_daemon(
     nursery: trio.Nursery,
     *,
     sim_kwargs: dict[str, Any] | None = None,
-    idle_release_s: float | None = None,
+    cache_bytes: int | None = None,
     slot_linger_s: float | None = None,
 ) -> AsyncIterator[Bench]:
     """``byok serve`` as a child process (its own interpreter, its own core), the provider and
@@ -374,7 +374,7 @@ async def child_daemon(
     ``slot_linger_s``: how long a finished run's slot is kept (the daemon's SLOT_LINGER_S)."""
     provider = TimedProvider()
     url = await provider.start(nursery)
-    cfg, data_dir = _config(root, url, idle_release_s)
+    cfg, data_dir = _config(root, url, cache_bytes)
     log_path = root / "daemon.log"
     env = {**os.environ, "BYOK_LOG_LEVEL": "INFO"}  # the default level: one line per run
     with open(log_path, "wb") as log_file:

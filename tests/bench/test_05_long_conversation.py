@@ -4,6 +4,7 @@ per conversation, and two turns on the daemon after a restart."""
 from __future__ import annotations
 
 import gc
+import shutil
 import statistics
 import time
 import tracemalloc
@@ -20,11 +21,14 @@ from byok.model.request import ModelRequest, ModelSettings, RenderedPrefix
 from byok.pb.agent import v1 as agent
 from byok.providers import rendering
 from byok.providers.adapters import adapter_for
+from byok.providers.render_cache import owned_by
 from byok.run import call_meter
+from byok.run.call_log import CallLog
 from byok.run.call_meter import finalize_and_hash
-from byok.run.conversation import ConversationMemory
-from byok.run.stored_render import render_key
-from byok.store import LlmCallRecord, SQLiteStore
+from byok.run.conversation import ConversationMemory, Supervisors
+from byok.run.conversation_caches import ConversationCaches, own_cap
+from byok.run.stored_render import StoredRenders, render_key
+from byok.store import AsyncStore, LlmCallRecord, SQLiteStore
 from byok.store.history_cache import DEFAULT_CACHE_BYTES
 from byok.store.rendered_prefixes import messages_digest
 from tests.bench.common import loadavg, measured_turn, note
@@ -32,7 +36,8 @@ from tests.bench.driver import PREFIX, child_daemon, direct_first_content, harne
 from tests.bench.long_history import LONG_CONV, N_BLOCKS, block
 from tests.support.fake_provider import chat_text_script
 
-IDLE_RELEASE_S = 3.0  # the bench 5 daemon's idle_release_s
+SMALL_BUDGET = 2**20  # the least allowed: smaller than the conversation's caches (~16 MiB)
+LARGE_BUDGET = 256 * 2**20  # the default
 WINDOW_CONV = "window-conv"
 WINDOW_BYTES = 800_000  # a 200K-token context window's request, at ~4 bytes a token
 
@@ -44,6 +49,47 @@ def timed(fn, reps: int = 5) -> tuple[float, object]:  # type: ignore[no-untyped
         result = fn()
         times.append(time.perf_counter() - t)
     return statistics.median(times), result
+
+
+async def budget_heap(data_dir: Path, max_bytes: int, template: ModelRequest) -> tuple[int, int, int]:
+    """(Python heap kept, bytes the budget charged it, conversations evicted) once a turn on
+    ``LONG_CONV`` ended under a cache budget of ``max_bytes``: the daemon's own parts (store,
+    call log, supervisors, renders, ConversationCaches) fill the caches as a run does (head,
+    render, call record, the client's roots acked), then the run's end charges it and evicts
+    past the budget."""
+    rendering.forget_rendered()
+    call_meter.forget_element_digests()
+    store = await AsyncStore.open(data_dir, cache_bytes=own_cap(max_bytes))
+    call_log, supervisors, renders = CallLog(store), Supervisors(), StoredRenders()
+    caches = ConversationCaches(
+        max_bytes, store=store, call_log=call_log, renders=renders, supervisors=supervisors
+    )
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    caches.run_started(LONG_CONV)
+    memory = supervisors.get(LONG_CONV).memory
+    messages = (await store.head(LONG_CONV)).messages
+    request = await renders.request(store, LONG_CONV, messages, "openai_chat", template)
+    with owned_by(LONG_CONV):
+        rendered = adapter_for("openai_chat").render(request)
+    call_log.submit(
+        LlmCallRecord("r", LONG_CONV, "p", "", rendered.source, "", "", "ok", 0, rendered=rendered)
+    )
+    await call_log.flush()
+    memory.acked.update(memory.root_of(m).id for m in messages)
+    memory.drop_acked_roots()
+    memory.saved(list(memory.unsaved.items()))  # as the run's terminal write does
+    del messages, request, rendered, memory  # what the run held goes with it
+    caches.charge(LONG_CONV)
+    charged = caches.budget.size_of(LONG_CONV)
+    await caches.run_ended(LONG_CONV)
+    gc.collect()
+    kept = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    caches.close()
+    await store.aclose()
+    return kept, charged, caches.evicted
 
 
 async def test_5_long_conversation(tmp_path: Path, nursery: trio.Nursery) -> None:
@@ -110,7 +156,7 @@ async def test_5_long_conversation(tmp_path: Path, nursery: trio.Nursery) -> Non
     post_s, _ = timed(lambda: finalize_and_hash(record), reps=3)
 
     def post_cold() -> object:
-        call_meter.ELEMENT_DIGESTS.clear()
+        call_meter.forget_element_digests()
         return finalize_and_hash(record)
 
     post_cold_s, _ = timed(post_cold, reps=3)
@@ -364,6 +410,19 @@ async def test_5_long_conversation(tmp_path: Path, nursery: trio.Nursery) -> Non
         "MiB",
         20,
     )
+    template = ModelRequest(system=system, tools=tools, history=(), settings=settings)
+    for label, budget in (("small", SMALL_BUDGET), ("large", LARGE_BUDGET)):
+        copy = root / f"budget-{label}"  # the eviction stores a render: not into the daemon's data
+        shutil.copytree(data_dir, copy)
+        kept, charged, evicted = await budget_heap(copy, budget, template)
+        report(
+            "5 long conv",
+            f"Python heap kept per idle conversation, cache budget {budget / 2**20:g} MiB ({label})",
+            kept / 2**20,
+            "MiB",
+            note=f"charged {charged / 2**20:.1f} MiB: "
+            + ("evicted at its run's end" if evicted else "kept hot for its next turn"),
+        )
 
     published = [(m.id, root_blob(m).id) for m in messages if m.role != "system"]  # type: ignore[attr-defined]
     held_state = agent.ConversationStateStructure(
@@ -388,7 +447,7 @@ async def test_5_long_conversation(tmp_path: Path, nursery: trio.Nursery) -> Non
     # End to end on the daemon: turn 1 after a restart (cold), turn 2 warm; RSS sampled throughout.
     samples: list[tuple[str, int]] = []
     phase = "before"
-    async with child_daemon(root, nursery, idle_release_s=IDLE_RELEASE_S) as b:
+    async with child_daemon(root, nursery) as b:
 
         async def sample() -> None:
             while True:
@@ -411,8 +470,6 @@ async def test_5_long_conversation(tmp_path: Path, nursery: trio.Nursery) -> Non
                 phase = "after"
                 # Idle for 2 s: past the daemon's upkeep between runs (1 s after the last one).
                 await trio.sleep(2.0)
-                phase = "released"  # then past the idle release of the caches
-                await trio.sleep(IDLE_RELEASE_S)
                 n.cancel_scope.cancel()
             # One direct sample of a 5.7 MB request swings by 100 ms with the harness's own GC and
             # JSON parse of it: take the median of a few.
@@ -443,7 +500,7 @@ async def test_5_long_conversation(tmp_path: Path, nursery: trio.Nursery) -> Non
         note=f"of a {whole[-1] / 1e6:.1f} MB body; the first call after the restart, a tail of the "
         f"history's last stored call, {stored[1][0] / 1e3:.1f} KB",
     )
-    rss = {p: [v for q, v in samples if q == p] for p in ("before", "turn 1", "turn 2", "after", "released")}
+    rss = {p: [v for q, v in samples if q == p] for p in ("before", "turn 1", "turn 2", "after")}
     rss0 = statistics.median(rss["before"])
     report(
         "5 long conv",
@@ -474,14 +531,6 @@ async def test_5_long_conversation(tmp_path: Path, nursery: trio.Nursery) -> Non
         (statistics.median(rss["after"][-20:]) - rss0) / 2**20,  # its last 0.4 s
         "MiB",
         5,
-    )
-    report(
-        "5 long conv",
-        f"RSS growth once idle past idle_release_s ({IDLE_RELEASE_S:g} s here, 600 s by default)",
-        (statistics.median(rss["released"][-20:]) - rss0) / 2**20,
-        "MiB",
-        5,
-        note="the shared caches released (run/upkeep.py)",
     )
     report(
         "5 long conv",

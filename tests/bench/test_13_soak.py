@@ -5,9 +5,9 @@ bounded caches shows up here as RSS that keeps growing; a service that leaks 10 
 10 MiB fuller after a day of agent work.
 
 Two phases, each on a daemon of its own. In the first, 96 conversations grow by a turn each
-round: the histories the caches hold between two idle releases grow too, and some of that
-high-water mark stays resident after each release (freed memory in partly used allocator
-arenas). In the second, every turn starts a new conversation: the same turns with no history
+round: the caches stay within their budget, evicting the least recently used conversation at
+nearly every turn, and some of what they freed stays resident (freed memory in partly used
+allocator arenas). In the second, every turn starts a new conversation: the same turns with no history
 growth, so any RSS growth there is memory kept per turn, a leak.
 """
 
@@ -23,13 +23,13 @@ from tests.bench.common import loadavg, note, size, turn_request, workspace
 from tests.bench.driver import Bench, child_daemon, report
 from tests.support.fake_provider import chat_text_script, chat_tool_script
 
-N_CONVERSATIONS = size(96, 8)  # three times the conversations whose memory is kept (32)
+N_CONVERSATIONS = size(96, 8)
 N_ROUNDS = size(6, 3)  # turns per conversation, each a tool round and an answer
 WARM_ROUNDS = 2  # the caches fill during these; growth is measured after them
-# The daemon drops its caches (decoded histories, request fragments, element digests, idle
-# conversations' memory: bounded, but up to ~80 MiB) this long after the last run, so each sample
-# shows what it keeps beyond them; sampled once that and the tidy-up after it are done.
-IDLE_RELEASE_S = 1.0
+# The daemon's caches (decoded histories, request fragments, element digests, conversations'
+# memory) are held to this budget, so each sample shows what it keeps beyond them: at 96
+# conversations the budget evicts one at nearly every turn.
+CACHE_BYTES = 4 * 2**20
 # A finished run's slot is kept 120 s for a reconnecting RunSSE; at this pace that is every slot
 # of the soak. Kept 1 s here, they are gone by each sample too.
 SLOT_LINGER_S = 1.0
@@ -89,7 +89,7 @@ async def test_13_soak(tmp_path: Path, nursery: trio.Nursery) -> None:
             async with child_daemon(
                 tmp_path / ("soak-fresh" if fresh else "soak"),
                 nursery,
-                idle_release_s=IDLE_RELEASE_S,
+                cache_bytes=CACHE_BYTES,
                 slot_linger_s=SLOT_LINGER_S,
                 sim_kwargs={"executor": executor},
             ) as b:
@@ -99,10 +99,10 @@ async def test_13_soak(tmp_path: Path, nursery: trio.Nursery) -> None:
     rss, fds, rss_note, fds_note = growth(phases[False])
     report(
         "13 soak",
-        "RSS growth per 1,000 turns, conversations growing, caches released",
+        "RSS growth per 1,000 turns, conversations growing, caches within a 4 MiB budget",
         rss,
         "MiB",
-        note=f"{rss_note}; the caches' high-water mark, bounded by them (~80 MiB)",
+        note=rss_note,
     )
     report("13 soak", "  open file descriptors gained per 1,000 turns", fds, "fds", 10, note=fds_note)
     rss, fds, rss_note, fds_note = growth(phases[True])
@@ -119,9 +119,8 @@ async def test_13_soak(tmp_path: Path, nursery: trio.Nursery) -> None:
         f"13: two phases of {turns} turns on daemons of their own, each turn a Read tool round and "
         f"an answer: {N_CONVERSATIONS} conversations in turn, every turn resuming from the "
         "checkpoint its conversation's last one sent; then the same turns each in a new "
-        f"conversation. The daemon's idle_release_s is {IDLE_RELEASE_S:g} s: RSS is sampled "
-        f"{SETTLE_S:g} s after each round of turns, once its caches are dropped and the heap "
-        f"trimmed, from the end of round {WARM_ROUNDS} on; a finished run's slot is kept "
-        f"{SLOT_LINGER_S:g} s instead of 120. Target for what is kept per turn: 2 MiB per 1,000 "
-        "turns (a day of heavy agent use)."
+        f"conversation. The daemon's cache budget is {CACHE_BYTES / 2**20:g} MiB: RSS is sampled "
+        f"{SETTLE_S:g} s after each round of turns, once the heap is trimmed, from the end of "
+        f"round {WARM_ROUNDS} on; a finished run's slot is kept {SLOT_LINGER_S:g} s instead of 120. "
+        "Target for what is kept per turn: 2 MiB per 1,000 turns (a day of heavy agent use)."
     )

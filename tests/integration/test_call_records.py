@@ -218,8 +218,9 @@ async def test_prefix_meter_in_memory_and_after_a_restart(store: AsyncStore, nur
 async def test_forgotten_conversations_are_compared_with_sqlite(
     store: AsyncStore, nursery: trio.Nursery
 ) -> None:
-    """The idle release empties the writer's memory of last calls; the next call of each
-    conversation is metered and stored as a tail exactly as if it had been kept."""
+    """Forgetting (as the cache budget's eviction does) empties the writer's memory of last
+    calls; the next call of each conversation is metered and stored as a tail exactly as if it
+    had been kept."""
     log = CallLog(store)
     await nursery.start(log.run)
     log.submit(rec("r1", "c", [SYS, U1]))

@@ -25,7 +25,7 @@ upstream = "https://api2.cursor.sh/"
 heartbeat_s = 2
 kv_ack_timeout_s = 12.5
 max_body_bytes = 1048576
-idle_release_s = 90
+cache_bytes = 67108864
 
 [[providers]]
 id = "local"
@@ -96,7 +96,7 @@ def test_full_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         heartbeat_s=2.0,
         kv_ack_timeout_s=12.5,
         max_body_bytes=1048576,
-        idle_release_s=90.0,
+        cache_bytes=64 * 2**20,
     )
     assert isinstance(cfg.server.heartbeat_s, float)
     assert [p.id for p in cfg.providers] == ["local", "oa", "ant"]
@@ -209,7 +209,7 @@ def test_invalid_toml_has_line_and_column(tmp_path: Path) -> None:
             "[server]\nprot = 1",
             "server.prot: unknown key (allowed: host, port, data_dir, upstream, "
             "heartbeat_s, kv_ack_timeout_s, max_body_bytes, provider_max_tries, provider_retry_base_s, "
-            "reconnect_grace_s, shutdown_grace_s, idle_release_s, tls_cert, tls_key, tls_names, "
+            "reconnect_grace_s, shutdown_grace_s, cache_bytes, tls_cert, tls_key, tls_names, "
             "auth_token_env, auth_token)",
         ),
         (
@@ -241,7 +241,13 @@ def test_unknown_keys(tmp_path: Path, text: str, expected: str) -> None:
         ("[server]\nhost = 1", "server.host: expected string, got integer"),
         ("[server]\nheartbeat_s = false", "server.heartbeat_s: expected number, got boolean"),
         ('[server]\nkv_ack_timeout_s = "1"', "server.kv_ack_timeout_s: expected number, got string"),
-        ("[server]\nidle_release_s = 0", "server.idle_release_s: must be > 0, got 0"),
+        ("[server]\ncache_bytes = 256", "server.cache_bytes: must be >= 1048576, got 256"),
+        ("[server]\ncache_bytes = 2.5e8", "server.cache_bytes: expected integer, got float"),
+        (
+            "[server]\nidle_release_s = 600",
+            "server.idle_release_s: no longer read: the caches are bounded by cache_bytes, one byte "
+            "budget shared by all conversations (remove idle_release_s; see docs/config.md)",
+        ),
         ("[server]\nmax_body_bytes = 1.5", "server.max_body_bytes: expected integer, got float"),
         ("[server]\nupstream = 1979-05-27", "server.upstream: expected string, got date/time"),
         ("providers = 3", "providers: expected array of tables, got integer"),

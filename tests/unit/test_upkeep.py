@@ -7,30 +7,19 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import attrs
 import pytest
 import trio
 import trio.testing
 
 from byok.model.messages import Message
-from byok.model.projection import project
-from byok.model.request import ModelRequest, ModelSettings
-from byok.providers import rendering
-from byok.providers.adapters import adapter_for
-from byok.providers.kinds import OPENAI_CHAT
-from byok.run import call_meter
-from byok.run.call_log import CallLog
-from byok.run.conversation import ActiveRun, Supervisors
-from byok.run.stored_render import MIN_MESSAGES, StoredRenders, render_key
 from byok.run.upkeep import (
     RunActivity,
     between_runs,
     checkpoint_while_calling,
-    release_caches,
     tidy,
     until_quiet,
 )
-from byok.store import AsyncStore, LlmCallRecord
+from byok.store import AsyncStore
 from byok.store.schema import WAL_SIZE_LIMIT_BYTES
 
 
@@ -186,48 +175,6 @@ async def test_the_wal_is_checkpointed_while_every_active_run_waits_on_its_provi
         nursery.cancel_scope.cancel()
 
 
-async def test_an_idle_release_drops_the_shared_caches_and_loses_nothing(tmp_path: Path) -> None:
-    async with await AsyncStore.open(tmp_path / "data") as store:
-        messages = [
-            Message(role="user", origin="user", text=f"question {i}" * 50) for i in range(MIN_MESSAGES)
-        ]
-        await store.append("c", 0, messages, 1)
-        history = (await store.head("c")).messages
-        assert await store.call(lambda s: s.cached_bytes) > 0
-        rendering.FRAGMENTS.put(("test", "key"), (b"x" * 1000,))
-        call_meter.element_digests([b'{"role":"user"}'])
-        assert rendering.FRAGMENTS.size > 0 and len(call_meter.ELEMENT_DIGESTS) > 0
-
-        supervisors = Supervisors()
-        idle = supervisors.get("idle")
-        idle.memory.acked.add(b"x" * 32)
-        busy = supervisors.get("busy")
-        busy.active = ActiveRun("r", trio.CancelScope(), trio.Event())
-
-        call_log = CallLog(store)
-        call_log.submit(LlmCallRecord("r", "c", "p", "m", b'{"messages":[{"role":"user"}]}', "", "", "ok", 1))
-        await call_log.flush()
-        renders = StoredRenders()
-        chat = adapter_for(OPENAI_CHAT)
-        request = ModelRequest(system="s", tools=(), history=(), settings=ModelSettings("m"))
-        renders.called("c", chat, request)
-        await release_caches(store, supervisors, call_log, renders)
-        assert await call_log.forget() == 0  # the release emptied it
-
-        assert len(supervisors) == 1 and supervisors.get("busy") is busy  # never a running one
-        assert supervisors.get("idle") is not idle and not supervisors.get("idle").memory.acked
-        assert await store.call(lambda s: s.cached_bytes) == 0
-        assert rendering.FRAGMENTS.size == 0 and len(rendering.FRAGMENTS) == 0
-        assert len(call_meter.ELEMENT_DIGESTS) == 0
-        again = (await store.head("c")).messages  # read back from SQLite
-        assert again == history and again[0] is not history[0]
-        # The history's render was stored first, for the next turn to start from.
-        key, texts = chat.prefix_texts(attrs.evolve(request, history=project(history)))
-        stored = await store.rendered_prefix("c", render_key(key))
-        assert stored is not None and stored.message_count == MIN_MESSAGES and stored.texts == tuple(texts)
-        assert await renders.save_all(store) == 0  # nothing called since
-
-
 async def test_until_quiet_waits_for_the_last_active_run_or_gives_up(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -257,22 +204,3 @@ async def test_until_quiet_waits_for_the_last_active_run_or_gives_up(
     t1 = trio.current_time()
     await until_quiet(activity, 1.0)
     assert trio.current_time() == pytest.approx(t1 + 1.0)
-
-
-def test_supervisors_forget_the_least_recently_used_idle_conversations_past_the_bound() -> None:
-    supervisors = Supervisors(max_remembered=3)
-    running = supervisors.get("a")
-    running.active = ActiveRun("r", trio.CancelScope(), trio.Event())
-    b, c = supervisors.get("b"), supervisors.get("c")
-    assert supervisors.get("b") is b  # b is now more recent than c
-    d = supervisors.get("d")  # one over: the oldest idle one (c) goes, never the running a
-    assert len(supervisors) == 3
-    assert supervisors.get("a") is running and supervisors.get("d") is d
-    # Getting c back made it new again, so b (now the oldest idle one) went in its place.
-    assert supervisors.get("c") is not c and len(supervisors) == 3
-    assert supervisors.get("b") is not b
-    # When every other conversation runs, the bound gives way rather than drop a running one.
-    for sup in list(supervisors._by_id.values()):
-        sup.active = ActiveRun("r", trio.CancelScope(), trio.Event())
-    supervisors.get("e")
-    assert len(supervisors) == 4 and supervisors.forget_idle() == 1 and len(supervisors) == 3
