@@ -43,6 +43,29 @@ def cmd_ca_install(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_console_token(args: argparse.Namespace) -> int:
+    """A new console token (the old one stops working at once, even in a running daemon)."""
+    from byok.console.token import new_token
+    from byok.cursor_setup import local_url
+
+    try:
+        config = load_from_args(args)
+    except ConfigError as e:
+        print(f"byok: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    data_dir = config.server.data_dir
+    try:
+        data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        token = new_token(data_dir)
+    except OSError as e:
+        print(f"byok: cannot write the token in {data_dir}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    url = local_url(config.server.host, config.server.port)
+    print(f"console: {url}/byok/#token={token}")
+    print("(shown once: byok keeps only its hash; the previous token no longer works)")
+    return 0
+
+
 def cmd_replay(args: argparse.Namespace) -> int:
     """Run a recorded run again from its input log and say whether it sent the same bytes."""
     from byok.cursor.client_messages import describe_frame
@@ -139,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
     install = ca_sub.add_parser("install", help="print (not run) the commands that trust byok's CA")
     _config_flags(install, listen=False)
     install.set_defaults(func=cmd_ca_install)
+    tok = sub.add_parser("console-token", help="make a new console token and print the console's URL with it")
+    _config_flags(tok)
+    tok.set_defaults(func=cmd_console_token)
     sim = sub.add_parser(
         "simulate", help="drive one agent turn against a running daemon like Cursor would, tools included"
     )

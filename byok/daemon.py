@@ -11,11 +11,14 @@ import stat
 import time
 from collections.abc import Callable, Iterator
 
+import attrs
 import trio
 
 from byok import fd_limit
 from byok.config import Config, ConfigError
 from byok.config_reload import reload_plan
+from byok.console.secret_box import SecretBox, SecretBoxError
+from byok.console.token import TokenCheck, ensure_token
 from byok.cursor import proto_decode
 from byok.cursor.prompting import PromptAssetError, default_prompt_root, load_prompt_assets
 from byok.cursor.tools.catalog import ToolCatalogError, load_tool_catalog, mode_tools
@@ -26,6 +29,7 @@ from byok.http import lan
 from byok.http.app import App
 from byok.http.ca import LocalCA
 from byok.http.clients import provider_client, upstream_client
+from byok.http.console_api import ControlApi
 from byok.http.forwarder import Forwarder
 from byok.http.model_list import ModelListRoutes
 from byok.http.offline import OfflineAnswers, UpstreamHealth
@@ -33,7 +37,9 @@ from byok.http.proxy import serve_proxy
 from byok.http.serve import serve_app
 from byok.pb.agent import v1 as agent
 from byok.pb.aiserver import v1 as aiserver
+from byok.run.call_feed import CallFeed
 from byok.run.call_log import DRAIN_TIMEOUT_S, CallLog
+from byok.run.console_state import ConsoleState
 from byok.run.conversation_caches import own_cap
 from byok.run.deps import RunDeps, ToolSetup
 from byok.run.upkeep import (
@@ -160,6 +166,21 @@ def _warn_if_others_read_secrets(config: Config) -> None:
         )
 
 
+def _announce_console(base_url: str, new_token: str | None) -> None:
+    """The console's address; on the first start, with the token (shown this once: only its
+    hash is kept). The token rides in the URL's fragment, which the browser never sends."""
+    if new_token is None:
+        log.info(
+            "console: %s/byok/ (token: the one shown at the first start; `byok console-token`)", base_url
+        )
+        return
+    log.warning(
+        "console: %s/byok/#token=%s  (the console token, shown once; `byok console-token` makes a new one)",
+        base_url,
+        new_token,
+    )
+
+
 async def run_daemon(
     config: Config,
     *,
@@ -191,10 +212,24 @@ async def run_daemon(
         interrupted = await store.interrupt_running_runs(int(time.time() * 1000))
     if interrupted:
         log.warning("marked %d run(s) interrupted by the previous shutdown", interrupted)
+    try:
+        box = SecretBox.load_or_create(config.server.data_dir)
+        new_token = ensure_token(config.server.data_dir)
+        with _starting("read the console's entries"):
+            console = await ConsoleState.open(store, box, config, lambda: int(time.time() * 1000))
+    except BaseException as e:
+        await store.aclose()
+        lock.release()
+        if isinstance(e, OSError | SecretBoxError):
+            where = config.server.data_dir
+            raise StartupError(f"cannot set up the console's key and token in {where}: {e}") from e
+        raise
     activity = RunActivity()
     # Call records are finalized once the runs are quiet (or CALL_LOG_DEFER_S at most).
     quiet = functools.partial(until_quiet, activity, CALL_LOG_DEFER_S)
     call_log = CallLog(store, detailed=config.logging.detailed, quiet=quiet)
+    feed = CallFeed()
+    call_log.on_written = feed.publish  # the console's live call log
     try:
         async with provider_client() as http, upstream_client() as up, trio.open_nursery() as nursery:
             # Call records are written by this task; cancelling the nursery makes it drain its queue.
@@ -207,6 +242,7 @@ async def run_daemon(
                 http=http,
                 call_log=call_log,
                 activity=activity,
+                catalog=console.catalog,
             )
             forwarder = Forwarder(config.server.upstream, up, logging.getLogger("byok.forward"))
             health = UpstreamHealth(config.server.upstream, up)
@@ -215,9 +251,19 @@ async def run_daemon(
                 deps=deps,
                 nursery=nursery,
                 forward=forwarder,
-                model_list=ModelListRoutes(config, up, config.server.upstream, health=health),
-                offline=OfflineAnswers(config),
+                model_list=ModelListRoutes(
+                    config, up, config.server.upstream, health=health, catalog=console.catalog
+                ),
+                offline=OfflineAnswers(config, console.catalog),
                 health=health,
+                console=ControlApi(
+                    config=config,
+                    state=console,
+                    store=store,
+                    tokens=TokenCheck(config.server.data_dir),
+                    feed=feed,
+                    http=http,
+                ),
             )
             # WAL checkpoints and full GC collections between runs, never during one; during
             # runs, WAL checkpoints only while every run waits on its provider.
@@ -248,11 +294,14 @@ async def run_daemon(
                     )
                 proxy_line = f"{proxy_url} (CA {ca.cert_path})"
             lock.announce(base_url)
+            # What it serves: the config file's providers and models and the console's.
+            serving = attrs.evolve(config, providers=console.catalog.providers, models=console.catalog.models)
             log.info(
-                "%s", summary(config, base_url, pid=os.getpid(), version=byok_version(), proxy=proxy_line)
+                "%s", summary(serving, base_url, pid=os.getpid(), version=byok_version(), proxy=proxy_line)
             )
             if reloads is not None:
                 nursery.start_soon(_apply_reloads, reloads, app, config)
+            _announce_console(base_url, new_token)
             stop = trio.Event()
             task_status.started((base_url, stop.set))
             await stop.wait()

@@ -1,4 +1,5 @@
-"""The byok ASGI app: the agent RPCs, health, and everything else streamed upstream.
+"""The byok ASGI app: the agent RPCs, health, the console (``/byok/``), and everything else
+streamed upstream.
 
 The agent RPCs' handlers live in bidi_append.py, run_stream.py (RunSSE, Run) and run_poll.py;
 App routes, and hands decoded run requests to the run service (run/service.py), which owns the
@@ -6,6 +7,7 @@ runs' lifecycle."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from typing import Any
 
@@ -17,6 +19,8 @@ from byok.http import request_guard
 from byok.http.asgi import ClientGone, Receive, Scope, Send, respond_json
 from byok.http.bidi_append import BidiAppends
 from byok.http.connect_envelope import ConnectError
+from byok.http.console_api import ControlApi
+from byok.http.console_http import is_console_path
 from byok.http.forwarder import refused_target
 from byok.http.model_list import ModelListRoutes
 from byok.http.offline import OfflineAnswers, UpstreamHealth
@@ -49,12 +53,15 @@ class App:
         model_list: ModelListRoutes | None = None,
         offline: OfflineAnswers | None = None,
         health: UpstreamHealth | None = None,
+        console: ControlApi | None = None,
     ) -> None:
         self.config = config
         self.model_list = model_list
         self.offline = offline
         self.health = health
         self.forward = forward
+        self.deps = deps
+        self.console = console
         self.service = RunService(config=config, deps=deps, nursery=nursery)
         self.started_ms = deps.wall_ms()
         self.registry = self.service.registry
@@ -66,6 +73,7 @@ class App:
             forward=forward,
             start_run=self._start_run,
             refuse_run=self._refuse_run,
+            catalog=deps.catalog,
         )
         self.run_streams = RunStreams(
             config=config,
@@ -84,11 +92,16 @@ class App:
             return
         if await refused_target(scope, send):  # before routing: no handler sees a non-path target
             return
+        path = scope["path"]
+        if self.console is not None and is_console_path(path) and path != HEALTHZ:
+            # The console's pages and API have rules of their own (console_http.py).
+            with contextlib.suppress(ClientGone):
+                await self.console(scope, receive, request_guard.without_cors(send))
+            return
         if (refused := request_guard.refusal(scope)) is not None:  # what a web page could send
             await request_guard.refuse(scope, send, refused)
             return
         send = request_guard.without_cors(send)
-        path = scope["path"]
         method = scope["method"]
         try:
             if path == RUN_SSE and method == "POST":
@@ -100,7 +113,7 @@ class App:
             elif path == BIDI_APPEND and method == "POST":
                 await self.appends.handle(scope, receive, send)
             elif path == HEALTHZ and method == "GET":
-                served = [m.id for m in self.config.enabled_models()]
+                served = [m.id for m in self.deps.catalog.enabled_models()]
                 await respond_json(send, 200, {"status": "ok", "models": served})
             elif path == STATUS and method == "GET":
                 await respond_status(scope, send, self.config, self.service, self.health, self.started_ms)
@@ -118,6 +131,9 @@ class App:
         it; a run already going keeps the config it started with."""
         self.config = self.appends.config = self.run_streams.config = config
         self.service.reconfigure(config)
+        self.deps.catalog.use_file(config)  # the console's entries stay; the file's are the new ones
+        if self.console is not None:
+            self.console.config = config
         if self.model_list is not None:
             self.model_list.reconfigure(config)
         if self.offline is not None:

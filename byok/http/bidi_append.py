@@ -11,6 +11,7 @@ from typing import Any
 import betterproto2
 
 from byok.config import Config
+from byok.console.catalog import Catalog
 from byok.cursor import proto_decode
 from byok.cursor.request import requested_model_id
 from byok.http import state_ids
@@ -82,8 +83,11 @@ class BidiAppends:
         forward: Any,
         start_run: Callable[[RunSlot, agent.AgentRunRequest], ConnectError | None],
         refuse_run: Callable[[RunSlot, ConnectError], None],
+        catalog: Catalog | None = None,
     ) -> None:
         self.config = config
+        # Which model ids are byok's: the catalog's (the config file's and the console's).
+        self.models: Config | Catalog = catalog if catalog is not None else config
         self.registry = registry
         self.forward = forward
         self.max_body = config.server.max_body_bytes
@@ -143,10 +147,10 @@ class BidiAppends:
             and msg.run_request is not None
             and req.append_seqno == 0
             and requested_model_id(msg.run_request)  # no model at all is our invalid_argument
-            and not self.config.serves(requested_model_id(msg.run_request))
+            and not self.models.serves(requested_model_id(msg.run_request))
         ):
             # An official (or unknown) model: the whole run goes to upstream, unchanged.
-            why = not_served(self.config, requested_model_id(msg.run_request))
+            why = not_served(self.models, requested_model_id(msg.run_request))
             log.info("request %s: %s: relaying the run to Cursor's backend", rid, why)
             slot.decide("relay")
             await self.forward(scope, replay_receive(body, receive), send)

@@ -39,6 +39,7 @@ import httpx
 import trio
 
 from byok.config import Config, ModelConfig, Placement
+from byok.console.catalog import Catalog
 from byok.cursor import model_catalog as catalog
 from byok.cursor import proto_decode
 from byok.http.asgi import BodyTooLarge, ClientGone, Receive, Scope, Send, header, read_body
@@ -197,8 +198,10 @@ class ModelListRoutes:
         *,
         health: Any = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        catalog: Catalog | None = None,
     ) -> None:
         self._config = config
+        self._catalog = catalog or Catalog(config)
         self._client = upstream_client
         self._base = upstream.rstrip("/")
         self._health = health
@@ -210,7 +213,7 @@ class ModelListRoutes:
 
     @property
     def models(self) -> tuple[ModelConfig, ...]:
-        return self._config.enabled_models()
+        return self._catalog.enabled_models()
 
     @staticmethod
     def matches(scope: Scope) -> bool:

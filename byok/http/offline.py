@@ -27,6 +27,7 @@ import httpx
 import trio
 
 from byok.config import Config, ModelConfig
+from byok.console.catalog import Catalog
 from byok.http.asgi import BodyTooLarge, ClientGone, Receive, Scope, Send, header, read_body
 from byok.pb.agent import v1 as agent
 from byok.pb.aiserver import v1 as aiserver
@@ -88,8 +89,9 @@ MAX_REQUEST_BYTES = 4 * 1024 * 1024
 class OfflineAnswers:
     """Serves the offline set when the caller says upstream is down; False otherwise."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, catalog: Catalog | None = None) -> None:
         self._config = config
+        self._catalog = catalog or Catalog(config)
 
     def reconfigure(self, config: Config) -> None:
         self._config = config
@@ -115,7 +117,7 @@ class OfflineAnswers:
         if scope["method"] == "GET":
             await _respond(send, json.dumps(GET_JSON[path]).encode(), b"application/json")
             return True
-        message = UNARY[path](self._config.enabled_models())
+        message = UNARY[path](self._catalog.enabled_models())
         if (header(scope, "content-type") or "").split(";")[0].strip().lower() == "application/json":
             body = json.dumps(message.to_dict() if message is not None else {}).encode()
             await _respond(send, body, b"application/json")

@@ -286,7 +286,7 @@ class RunStreams:
         rid = header(scope, "x-request-id") or str(uuid.uuid4())
         opening = await self._opening(receive)
         model = _requested_model(opening.first)
-        if opening.error is None and model and not self.config.serves(model):
+        if opening.error is None and model and not self.service.deps.catalog.serves(model):
             log.info("request %s: model %r is not a byok model, relaying the Run", rid, model)
             head = b"".join(opening.raw)
             await relay_bidi(scope, head, opening.more, receive, send, upstream=self.config.server.upstream)

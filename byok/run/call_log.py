@@ -95,6 +95,8 @@ class CallLog:
         self._processed = 0
         self._progress = trio.Event()
         self._running = False
+        # Told of every batch once written, with the rows' ids (the console's live stream).
+        self.on_written: Callable[[list[LlmCallRecord]], None] | None = None
 
     def submit(self, rec: LlmCallRecord) -> None:
         """Queue ``rec`` for writing. Never blocks; safe inside a cancelled scope."""
@@ -207,6 +209,11 @@ class CallLog:
                 log.exception("call log: could not write %d call records", len(batch))
             else:
                 self.batches += 1
+                if self.on_written is not None:
+                    try:
+                        self.on_written([attrs.evolve(r, id=i) for r, i in zip(records, ids, strict=True)])
+                    except Exception:
+                        log.exception("call log: a listener failed")
             for conversation_id, (index, last) in remember.items():
                 # A row that was not written cannot be a later body's base.
                 row = ids[index] if ids else None

@@ -1,5 +1,5 @@
 """What every run shares: the config, the store, prompts and tools, the provider HTTP client,
-the call log and the activity counter (the daemon makes one of each)."""
+the call log, the activity counter and the catalog of models (the daemon makes one of each)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import attrs
 import httpx
 
 from byok.config import Config
+from byok.console.catalog import Catalog
 from byok.cursor.prompting import ModeAssets
 from byok.cursor.tools.base import ToolDef
 from byok.model.request import ToolSpec
@@ -37,3 +38,5 @@ class RunDeps:
     wall_ms: Callable[[], int] = attrs.field(default=lambda: int(time.time() * 1000))
     activity: RunActivity = attrs.Factory(RunActivity)
     renders: StoredRenders = attrs.Factory(StoredRenders)  # saved at the caches' release, shutdown
+    # The providers and models runs use: the config file's and the console's (console/catalog.py).
+    catalog: Catalog = attrs.Factory(lambda self: Catalog(self.config), takes_self=True)

@@ -96,6 +96,8 @@ class CallContext:
     # The configured model: an error it can fix (its output limit, its context window) says how.
     model: ModelConfig | None = None
     new_prefix: bool = False  # the first call after a compaction (LlmCallRecord.new_prefix)
+    # The alias Cursor picked, when the model is one of its targets (recorded with the call).
+    alias_id: str | None = None
 
 
 def run_call_context(
@@ -106,6 +108,7 @@ def run_call_context(
     model: ModelConfig,
     api_key: str | None,
     deps: RunDeps,
+    alias_id: str | None = None,
 ) -> CallContext:
     """The context of one of a run's calls: its provider and model from the config and the
     daemon's shared pieces."""
@@ -123,6 +126,7 @@ def run_call_context(
         max_tries=deps.config.server.provider_max_tries,
         retry_base_s=deps.config.server.provider_retry_base_s,
         model=model,
+        alias_id=alias_id,
     )
 
 
@@ -296,4 +300,6 @@ def _call_record(
         response_capture=None if capture is None else bytes(capture),
         rendered=rendered,
         new_prefix=ctx.new_prefix,
+        model_id=None if ctx.model is None else ctx.model.id,
+        alias_id=ctx.alias_id,
     )

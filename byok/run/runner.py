@@ -50,10 +50,11 @@ log = logging.getLogger("byok.run")
 
 class Run:
     def __init__(self, slot: RunSlot, start: RunStart, deps: RunDeps, sup: ConversationSupervisor) -> None:
-        model = deps.config.model(start.model_id)
-        assert model is not None, "caller checks the model before starting a run"
-        provider = deps.config.provider(model.provider)
-        assert provider is not None, "config validation guarantees the provider"
+        # The model, or an alias's targets, as the catalog has them now: a console change applies
+        # from the next run on, never in the middle of one.
+        targets = deps.catalog.targets(start.model_id)
+        assert targets, "the run service checks the model before starting a run"
+        model, provider = targets[0].model, targets[0].provider
         mode = start.mode_dir
         registry, dynamic = run_tools(start, deps.tools.registry)
         self.driver: Driver | None = None

@@ -16,6 +16,7 @@ import attrs
 import trio
 
 from byok.config import Config
+from byok.console.catalog import Catalog
 from byok.cursor.request import RunRequestError, RunStart
 from byok.loop.turn_values import Failed
 from byok.run.conversation import ActiveRun, Supervisors
@@ -31,7 +32,7 @@ log = logging.getLogger("byok.run")
 SLOT_LINGER_S = 120.0
 
 
-def not_served(config: Config, model_id: str) -> str:
+def not_served(config: Config | Catalog, model_id: str) -> str:
     """Why byok does not run ``model_id``, and which ids it does run."""
     model = config.model(model_id)
     why = "is disabled (enabled = false)" if model is not None else "is not configured"
@@ -76,9 +77,9 @@ class RunService:
             if not self.accepting:
                 raise RunRequestError("unavailable", "byok is shutting down")
             start = parse()
-            model = self.config.model(start.model_id)
-            if model is None or not model.enabled:
-                raise RunRequestError("not_found", not_served(self.config, start.model_id))
+            model = self.deps.catalog.model(start.model_id)
+            if model is None or not model.enabled or not self.deps.catalog.targets(start.model_id):
+                raise RunRequestError("not_found", not_served(self.deps.catalog, start.model_id))
         except RunRequestError as e:
             failure = Failed(e.code, e.message)
             log.warning("request %s not started: %s: %s", slot.request_id, e.code, e.message)

@@ -108,6 +108,10 @@ class LlmCallRecord:
     compared_bytes: int | None = None
     compared_messages: int | None = None
     compared_sha256: bytes | None = attrs.field(default=None, repr=False)
+    # Schema version 9: the byok model that served the call, and the alias Cursor picked (None
+    # when it picked the model itself).
+    model_id: str | None = None
+    alias_id: str | None = None
     # Not stored: the render ``request_body`` came from, so the call log hashes the meter's
     # elements without parsing the body. Dropped once the record is finalized.
     rendered: RenderedRequest | None = attrs.field(default=None, repr=False, eq=False)

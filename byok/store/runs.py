@@ -134,6 +134,9 @@ _LLM_COLUMNS = (
     "compared_bytes",
     "compared_messages",
     "compared_sha256",
+    # Schema version 9 (store/console_tables.py).
+    "model_id",
+    "alias_id",
 )
 # Schema version 4 (store/call_bodies.py): how request_body is stored.
 _BODY_COLUMNS = ("body_base_id", "body_shared_bytes", "body_depth")

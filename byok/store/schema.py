@@ -13,10 +13,10 @@ import os
 import sqlite3
 from pathlib import Path
 
-from byok.store import call_bodies, lineage, rendered_prefixes, root_ids
+from byok.store import call_bodies, console_tables, lineage, rendered_prefixes, root_ids
 from byok.store.errors import StoreError
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 # Usage columns shared by runs and llm_calls; NULL input_tokens means "no usage reported".
 USAGE_COLUMNS = (
@@ -153,6 +153,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     call_bodies.V6,
     rendered_prefixes.V7,
     call_bodies.V8,
+    console_tables.V9,
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
 

@@ -20,9 +20,10 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from byok.model.messages import Message
 from byok.model.usage import Usage
@@ -39,6 +40,7 @@ from byok.store.rendered_prefixes import StoredRender
 log = logging.getLogger("byok.store")
 
 DB_FILENAME = "byok.sqlite3"
+T = TypeVar("T")
 
 
 class SQLiteStore:
@@ -404,6 +406,13 @@ class SQLiteStore:
         """(calls_compared, calls_extending) over one conversation, or all with None."""
         with self._transaction(write=False) as conn:
             return _runs.prefix_stats(conn, conversation_id)
+
+    # -- anything else ---------------------------------------------------------------------------
+
+    def transact(self, fn: Callable[..., T], *args: object, write: bool = False) -> T:
+        """``fn(conn, *args)`` inside one transaction (the console's entries and queries)."""
+        with self._transaction(write=write) as conn:
+            return fn(conn, *args)
 
     # -- blobs ----------------------------------------------------------------------------------
 

@@ -200,6 +200,8 @@ def post_appends(bodies: list[bytes]) -> list[dict[str, Any]]:
     config: Any = SimpleNamespace(
         server=SimpleNamespace(max_body_bytes=1 << 20),
         model=lambda model_id: SimpleNamespace(enabled=True) if model_id == "local" else None,
+        serves=lambda model_id: model_id == "local",
+        enabled_models=lambda: (),
     )
     started: list[agent.AgentRunRequest] = []
     forwarded: list[bytes] = []

@@ -58,6 +58,8 @@ class FakeProvider:
         self._open = 0
         self._queue: deque[Script] = deque()
         self._idle: set[trio.CancelScope] = set()  # connections waiting for their next request
+        # Answered to GET .../models (model discovery) without taking a script, when set.
+        self.models: list[dict[str, Any]] | None = None
 
     async def start(self, nursery: trio.Nursery) -> str:
         listeners = await nursery.start(partial(trio.serve_tcp, self._serve, 0, host="127.0.0.1"))
@@ -105,7 +107,17 @@ class FakeProvider:
                     self._idle.discard(idle)
             if idle.cancelled_caught or request is None:
                 return
-            script = self._queue.popleft() if self._queue else _no_script()
+            if (
+                self.models is not None
+                and request.method == b"GET"
+                and request.target.split(b"?")[0].endswith(b"/models")
+            ):
+                script = Script(
+                    headers=[("content-type", "application/json")],
+                    chunks=[json.dumps({"data": self.models}).encode()],
+                )
+            else:
+                script = self._queue.popleft() if self._queue else _no_script()
             if not await self._respond(conn, stream, script):
                 return
             if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:

@@ -129,5 +129,5 @@ def test_a_version_7_database_gets_the_view(tmp_path: Path) -> None:
     conn.close()
     with SQLiteStore(path) as store:
         assert store._conn is not None
-        assert store._conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION == 8
+        assert store._conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION == 9
         assert [view(store._conn, i) for i in (1, 2, 3)] == [b"0123456789", b"0123abc", None]

@@ -49,7 +49,9 @@ async def _post(appends: BidiAppends, chunks: list[bytes]) -> dict[str, Any]:
 
 async def test_an_exec_result_over_the_limit_in_one_chunk_or_many_fails_that_exec() -> None:
     config: Any = SimpleNamespace(
-        server=SimpleNamespace(max_body_bytes=LIMIT), model=lambda _id: SimpleNamespace(enabled=True)
+        server=SimpleNamespace(max_body_bytes=LIMIT),
+        model=lambda _id: SimpleNamespace(enabled=True),
+        serves=lambda _id: True,
     )
     started: list[agent.AgentRunRequest] = []
     registry = RunRegistry()

@@ -69,6 +69,10 @@ def test_a_version_4_database_gains_the_table_and_keeps_its_history(tmp_path: Pa
         head = store.append("c", 0, msgs(2), 1)
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("DROP TABLE message_roots")
+    conn.execute("DROP TABLE console_entries")  # schema 9
+    conn.execute("DROP INDEX llm_calls_by_time")
+    for column in ("model_id", "alias_id"):
+        conn.execute(f"ALTER TABLE llm_calls DROP COLUMN {column}")
     conn.execute("DROP TABLE rendered_prefixes")  # schema 7
     for column in ("compared_bytes", "compared_messages", "compared_sha256"):  # schema 6
         conn.execute(f"ALTER TABLE llm_calls DROP COLUMN {column}")
@@ -81,7 +85,7 @@ def test_a_version_4_database_gains_the_table_and_keeps_its_history(tmp_path: Pa
         store.finish_run("r", "success", 3, root_ids=[(head.messages[0].id, fake_id(7))])
         assert store.root_ids_at(head.revision_id) == {head.messages[0].id: fake_id(7)}
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION == 8
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.SCHEMA_VERSION == 9
 
 
 # --- memory -------------------------------------------------------------------------------------

@@ -1,0 +1,163 @@
+"""The control API under ``/byok/api/``: providers, models and aliases (the config file's shown
+read-only), discovery and a test call per provider, provider calls and their live stream,
+conversations, usage per day, the Cursor set-up for this machine, and the OpenAPI document.
+
+The routes live in console_entries_api.py and console_calls_api.py (registered in
+console_routes.py); this module checks who is calling (console_http.py), dispatches, writes the
+answer, and streams the live calls. Every refusal is an ``ApiError`` naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import platform
+from typing import Any, Final
+from urllib.parse import parse_qs
+
+import httpx
+import trio
+
+from byok import cursor_setup
+from byok.config import Config
+from byok.console.entries import FieldError
+from byok.console.token import TokenCheck
+from byok.http import console_calls_api, console_entries_api
+from byok.http import console_http as ch
+from byok.http.asgi import ClientGone, Receive, Scope, Send, header
+from byok.http.console_openapi import openapi_document
+from byok.http.console_routes import ROUTES, ApiRequest, Handler, route
+from byok.run.call_feed import CallFeed, TooManySubscribers
+from byok.run.console_state import ConsoleState
+from byok.store import AsyncStore
+
+log = logging.getLogger("byok.console")
+
+HEARTBEAT_S: Final = 15.0
+# The route modules register themselves on import.
+_REGISTERED = (console_entries_api, console_calls_api)
+
+
+class ControlApi:
+    def __init__(
+        self,
+        *,
+        config: Config,
+        state: ConsoleState,
+        store: AsyncStore,
+        tokens: TokenCheck,
+        feed: CallFeed,
+        http: httpx.AsyncClient,
+    ) -> None:
+        self.config = config
+        self.state = state
+        self.store = store
+        self.tokens = tokens
+        self.feed = feed
+        self.http = http
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            refused = ch.refusal(scope, self.config.server.host)
+            if refused is not None:
+                raise refused
+            if not scope["path"].startswith(ch.API_PREFIX):
+                await ch.serve_page(scope, send)
+                return
+            ch.check_token(scope, self.tokens)
+            path = scope["path"][len(ch.API_PREFIX) - 1 :]
+            method = scope["method"]
+            if path == "/calls/live" and method == "GET":
+                await self._live(receive, send)
+                return
+            handler, params = self._match(method, path)
+            body = await ch.read_json(scope, receive)
+            query = {k: v[-1] for k, v in parse_qs(scope.get("query_string", b"").decode("latin-1")).items()}
+            status, answer = await handler(self, ApiRequest(method, params, query, body, scope))
+        except ch.ApiError as e:
+            await ch.send_error(send, e)
+            return
+        except FieldError as e:
+            await ch.send_error(send, ch.field_error(e))
+            return
+        if isinstance(answer, bytes):
+            await ch.send_bytes(send, status, answer, "text/plain; charset=utf-8")
+        else:
+            await ch.send_json(send, status, answer)
+
+    def _match(self, method: str, path: str) -> tuple[Handler, dict[str, str]]:
+        allowed = []
+        for r in ROUTES:
+            found = r.regex.match(path)
+            if found:
+                if r.method == method:
+                    return r.handler, found.groupdict()
+                allowed.append(r.method)
+        if allowed:
+            raise ch.ApiError(405, "method", f"{method} is not allowed here (allowed: {', '.join(allowed)})")
+        raise ch.ApiError(404, "path", f"no API route {path!r} (see /byok/api/openapi.json)")
+
+    async def _live(self, receive: Receive, send: Send) -> None:
+        """Each call as it is recorded, as server-sent events (``event: call``), with a comment
+        line every HEARTBEAT_S so proxies and the page know the stream is alive."""
+        try:
+            subscription = self.feed.subscribe()
+            channel = subscription.__enter__()
+        except TooManySubscribers as e:
+            raise ch.ApiError(429, "", str(e)) from None
+        try:
+            await ch.start_stream(send, "text/event-stream")
+            await send({"type": "http.response.body", "body": b": live\n\n", "more_body": True})
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_until_gone, receive, nursery.cancel_scope)
+                while True:
+                    with trio.move_on_after(HEARTBEAT_S):
+                        item = await channel.receive()
+                        data = f"event: call\ndata: {json.dumps(item, separators=(',', ':'))}\n\n"
+                        await send({"type": "http.response.body", "body": data.encode(), "more_body": True})
+                        continue
+                    await send({"type": "http.response.body", "body": b": heartbeat\n\n", "more_body": True})
+        except (ClientGone, OSError):
+            pass
+        finally:
+            subscription.__exit__(None, None, None)
+
+
+async def _until_gone(receive: Receive, scope: trio.CancelScope) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+    scope.cancel()
+
+
+# --- set-up, the document ------------------------------------------------------------------
+
+
+@route("GET", "/setup")
+async def setup(api: ControlApi, req: ApiRequest) -> tuple[int, Any]:
+    """How to point Cursor at this daemon, from the address the browser reached it on."""
+    url = f"http://{header(req.scope, 'host')}"
+    system = platform.system()
+    proxy = api.config.proxy
+    proxy_url = cursor_setup.local_url(proxy.host, proxy.port)
+    cert = api.config.server.data_dir / "ca" / "byok-ca.pem"
+    return 200, {
+        "backend_url": url,
+        "system": system,
+        "cursor_command": cursor_setup.cursor_command(url, system),
+        "cursor_command_text": cursor_setup.cursor_command_text(url, system),
+        "settings_path": cursor_setup.SETTINGS_PATHS.get(system, cursor_setup.SETTINGS_PATHS["Linux"]),
+        "proxy": {
+            "enabled": proxy.enabled,
+            "url": proxy_url,
+            "settings_json": cursor_setup.cursor_proxy_settings(proxy_url),
+            "ca_cert": str(cert),
+            "trust_commands": cursor_setup.trust_commands(cert, system),
+        },
+        "models": [m.id for m in api.state.catalog.enabled_models()],
+        "detailed_logging": api.config.logging.detailed,
+    }
+
+
+@route("GET", "/openapi.json")
+async def openapi(api: ControlApi, req: ApiRequest) -> tuple[int, Any]:
+    return 200, openapi_document()
