@@ -93,7 +93,7 @@ class App:
         if await refused_target(scope, send):  # before routing: no handler sees a non-path target
             return
         path = scope["path"]
-        if self.console is not None and is_console_path(path) and path != HEALTHZ:
+        if self.console is not None and is_console_path(path):
             # The console's pages and API have rules of their own (console_http.py).
             with contextlib.suppress(ClientGone):
                 await self.console(scope, receive, request_guard.without_cors(send))

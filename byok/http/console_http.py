@@ -60,7 +60,9 @@ class ApiError(Exception):
 
 
 def is_console_path(path: str) -> bool:
-    return path == PREFIX or path.startswith(PREFIX + "/")
+    """The console's page, its files and the API (``/byok/healthz`` and ``/byok/status`` are
+    the daemon's own)."""
+    return path in (PREFIX, PREFIX + "/") or path.startswith((PREFIX + "/ui/", API_PREFIX))
 
 
 async def send_json(
