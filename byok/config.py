@@ -1,6 +1,7 @@
 """byok's configuration as values: ``[server]``, ``[[providers]]``, ``[[models]]``, and the
 optional ``[models_list]`` (where byok's models go in Cursor's picker), ``[proxy]`` and
-``[logging]`` tables. ``config_load.load_config`` reads and checks a TOML file into them.
+``[logging]`` tables, and the tool backends ``[search]`` and ``[images]`` (config_tools.py).
+``config_load.load_config`` reads and checks a TOML file into them.
 
 API keys are never resolved at load time: ``ProviderConfig.api_key()`` reads the environment
 when a request needs it, so the daemon starts without secrets and picks up rotated keys.
@@ -10,9 +11,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Final, Literal, get_args
+from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 
 import attrs
+
+if TYPE_CHECKING:  # config_tools builds on this module's ConfigError
+    from byok.config_tools import ImagesConfig, SearchConfig
 
 ProviderKind = Literal["openai_chat", "openai_responses", "anthropic"]
 PROVIDER_KINDS: Final[tuple[str, ...]] = get_args(ProviderKind)
@@ -221,6 +225,9 @@ class Config:
     models_list: ModelsListConfig = attrs.field(factory=ModelsListConfig)
     proxy: ProxyConfig = attrs.field(factory=ProxyConfig)
     logging: LoggingConfig = attrs.field(factory=LoggingConfig)
+    # Backends of server-side tools (config_tools.py): None leaves the tool unoffered.
+    search: SearchConfig | None = None
+    images: ImagesConfig | None = None
 
     def enabled_models(self) -> tuple[ModelConfig, ...]:
         """The models Cursor is shown, in config order."""

@@ -35,6 +35,7 @@ from byok.config import (
 )
 from byok.config_reader import Table, check_port, check_url, pick
 from byok.config_requests import default_prompt_cache_key, extra_body_problem, provider_headers
+from byok.config_tools import load_images, load_search
 
 # --- sections -------------------------------------------------------------------------
 
@@ -256,7 +257,7 @@ def _unique_ids(source: str, section: str, ids: list[str]) -> None:
 
 def _build(source: str, data: Mapping[str, object], overrides: Mapping[str, object]) -> Config:
     root = Table(source, "", data, ConfigError)
-    root.check_keys(("server", "providers", "models", "models_list", "proxy", "logging"))
+    root.check_keys(("server", "providers", "models", "models_list", "proxy", "logging", "search", "images"))
     server = _server(root.table("server"), overrides)
     providers = [_provider(t) for t in root.tables("providers")]
     _unique_ids(source, "providers", [p.id for p in providers])
@@ -283,6 +284,8 @@ def _build(source: str, data: Mapping[str, object], overrides: Mapping[str, obje
         models_list=models_list,
         proxy=_proxy(root.table("proxy")),
         logging=_logging(root.table("logging")),
+        search=load_search(root.table("search")),
+        images=load_images(root.table("images")),
     )
 
 

@@ -2,8 +2,9 @@
 
 Providers, models, ``[models_list]`` and ``[logging]`` take effect for the runs that start
 after the reload; a run already going keeps the config it started with. ``[server]`` (the
-listen address, the data dir, the limits objects were built with) and ``[proxy]`` are the
-process's own: a change there is reported and applied at the next start.
+listen address, the data dir, the limits objects were built with), ``[proxy]``, ``[search]`` and
+``[images]`` (the tools each mode offers follow from them) are the process's own: a change there
+is reported and applied at the next start.
 """
 
 from __future__ import annotations
@@ -40,13 +41,15 @@ def _restart_needed(old: Config, new: Config) -> list[str]:
         for field in attrs.fields(type(old.proxy))
         if getattr(old.proxy, field.name) != getattr(new.proxy, field.name)
     ]
+    # The tools a mode offers follow from which backends exist (daemon.py, at start).
+    keys += [f"[{name}]" for name in ("search", "images") if getattr(old, name) != getattr(new, name)]
     return keys
 
 
 def reload_plan(old: Config, new: Config) -> tuple[Config, list[str]]:
-    """The config the daemon runs on from now (``new``, with the running ``[server]`` and
-    ``[proxy]``), and one line per change for the log."""
-    effective = attrs.evolve(new, server=old.server, proxy=old.proxy)
+    """The config the daemon runs on from now (``new``, with the running ``[server]``,
+    ``[proxy]``, ``[search]`` and ``[images]``), and one line per change for the log."""
+    effective = attrs.evolve(new, server=old.server, proxy=old.proxy, search=old.search, images=old.images)
     lines = _changes("providers", old.providers, new.providers) + _changes("models", old.models, new.models)
     if old.models_list != new.models_list:
         lines.append("[models_list] changed")

@@ -17,6 +17,7 @@ import trio
 from byok import fd_limit
 from byok.config import Config, ConfigError
 from byok.config_reload import reload_plan
+from byok.config_tools import tool_backends
 from byok.console.secret_box import SecretBox, SecretBoxError
 from byok.console.token import TokenCheck, ensure_token
 from byok.cursor import proto_decode
@@ -41,7 +42,7 @@ from byok.run.call_feed import CallFeed
 from byok.run.call_log import DRAIN_TIMEOUT_S, CallLog
 from byok.run.console_state import ConsoleState
 from byok.run.conversation_caches import own_cap
-from byok.run.deps import RunDeps, ToolSetup
+from byok.run.deps import RunDeps, tool_setup
 from byok.run.upkeep import (
     RunActivity,
     between_runs,
@@ -198,9 +199,10 @@ async def run_daemon(
     try:
         prompts = load_prompt_assets(root)
         catalog = load_tool_catalog(root)
-        tools = ToolSetup(
-            registry=build_registry(),
-            specs_by_mode={mode: mode_tools(root, mode, catalog) for mode in prompts},
+        tools = tool_setup(
+            build_registry(),
+            {mode: mode_tools(root, mode, catalog) for mode in prompts},
+            tool_backends(config.search, config.images),
         )
     except (PromptAssetError, ToolCatalogError) as e:  # a broken install: no mode falls back
         raise StartupError(f"cannot load the prompt assets: {e}") from e

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 import attrs
 
 from byok.cursor import encode, proto_decode
+from byok.cursor.plan_state import PlanState
 from byok.cursor.root_json import encode_root
 from byok.model.messages import Message
 from byok.pb.agent import v1 as agent
@@ -150,13 +151,16 @@ def build_checkpoint(
     summary: str | None = None,
     summaries: int = 0,
     todos: Sequence[Blob] = (),
+    plan: PlanState | None = None,
 ) -> Checkpoint:
     """``root_of``: a message's root blob, with empty data when the client holds it already (such
     a blob is listed, not sent). ``roots``: the conversation's RootList, so a growing history
     only works out the roots of what is new; without one every root is worked out.
     ``summary``: the text of the summary a compacted history starts with; ``summaries``: how many
     compactions the conversation has had (self_summary_count). ``todos``: the todo list's blobs
-    (one encoded TodoItem each, folded from the history: cursor/todos.py)."""
+    (one encoded TodoItem each, folded from the history: cursor/todos.py). ``plan``: the
+    conversation's current plan (cursor/plan_state.py), shown in ``plan`` (the id of its
+    ConversationPlan blob) and ``plans``."""
     system = system_root(system_prompt)
     entries, blobs = (roots or RootList()).entries(stable, root_of)
     blobs.insert(0, system)
@@ -179,6 +183,10 @@ def build_checkpoint(
         summary_blob = Blob.of(conversation_summary(summary))
         blobs.append(summary_blob)
         rest.summary = summary_blob.id
+    if plan is not None:
+        plan_blob = Blob.of(plan.blob())
+        blobs.append(plan_blob)
+        rest.plan, rest.plans = plan_blob.id, plan.registry()
     # The two id lists (one entry per message and per turn) hand-encoded: betterproto2 takes
     # ~2 us per entry. They are the schema's first two fields, which betterproto2 writes first.
     state = b"".join(

@@ -33,6 +33,7 @@ from byok.cursor.tools.base import (
     Update,
 )
 from byok.cursor.tools.error_cards import unknown_tool_call, unknown_tool_error, with_error
+from byok.cursor.tools.work import backend_missing
 from byok.model.messages import ToolCall
 from byok.pb.agent import v1 as agent
 
@@ -206,6 +207,8 @@ def dispatch(
             card = unknown_tool_error(call.name, call.call_id, call.arguments, text)
             router.finish_now(call.call_id, ToolOutcome(content=text, is_error=True, ui=card))
             continue
+        if reason is not None and tool.backend not in (None, *_backends(env)):
+            reason = backend_missing(tool.name, tool.backend)  # say why it was not offered
         args, problem = _parsed(tool, call.arguments)
         started = tool.tool_call(tool.placeholder() if args is None else tool.ui(args))
         send(tool_frames.started(call.call_id, started, model_call_id))
@@ -229,3 +232,7 @@ def _parsed(tool: ToolDef, arguments: str) -> tuple[Mapping[str, object] | None,
         return None, f"invalid JSON arguments: {e}"
     except ToolArgError as e:
         return None, str(e)
+
+
+def _backends(env: object) -> frozenset[str]:
+    return getattr(env, "backends", frozenset())

@@ -39,6 +39,19 @@ class RunStart:
         """The mode's asset directory (parse_run_request refused a mode byok does not run)."""
         return run_mode(self.mode, self.subagent_type)
 
+    # An action that continues the conversation with what the user did in Cursor's UI (async
+    # answers, a plan to build): the whole ConversationAction (cursor/interaction_actions.py).
+    event_action: agent.ConversationAction | None = None
+
+    @property
+    def user_turn(self) -> bool:
+        """The run starts from a message the user wrote (start_plan_action: one that starts planning)."""
+        return self.action in USER_TURNS
+
+
+# Actions whose run starts from the user's own message.
+USER_TURNS = ("user_message_action", "start_plan_action")
+
 
 def requested_model_id(req: agent.AgentRunRequest) -> str:
     # The newer field first; older clients only send model_details.
@@ -63,11 +76,28 @@ def parse_run_request(request_id: str, req: agent.AgentRunRequest) -> RunStart:
     user_message: agent.UserMessage | None = None
     context: agent.RequestContext | None = None
     completions: tuple[agent.BackgroundTaskCompletion, ...] = ()
-    if isinstance(value, agent.UserMessageAction):
+    event: agent.ConversationAction | None = None
+    mode = agent.AgentMode.UNSPECIFIED  # the action's own mode, when it names one
+    if isinstance(value, agent.UserMessageAction | agent.StartPlanAction):
         if value.user_message is None:
-            raise RunRequestError("invalid_argument", "user_message_action carries no user_message")
+            raise RunRequestError("invalid_argument", f"{action} carries no user_message")
         user_message = value.user_message
         context = value.request_context
+        if isinstance(value, agent.StartPlanAction) and user_message.mode == agent.AgentMode.UNSPECIFIED:
+            mode = agent.AgentMode.PLAN
+    elif isinstance(value, agent.AsyncAskQuestionCompletionAction):
+        if not value.original_tool_call_id:
+            raise RunRequestError("invalid_argument", f"{action} names no original_tool_call_id")
+        answered, _ = betterproto2.which_one_of(value.result or agent.AskQuestionResult(), "result")
+        if answered not in ("success", "rejected", "error"):
+            raise RunRequestError(
+                "invalid_argument", f"{action} carries no answer (result: {answered or 'none'})"
+            )
+        event = req.action
+    elif isinstance(value, agent.ExecutePlanAction):
+        context = value.request_context
+        mode = value.execution_mode or agent.AgentMode.AGENT
+        event = req.action
     elif isinstance(value, agent.ResumeAction):
         context = value.request_context
     elif isinstance(value, agent.SummarizeAction):
@@ -80,12 +110,8 @@ def parse_run_request(request_id: str, req: agent.AgentRunRequest) -> RunStart:
             raise RunRequestError("invalid_argument", "a background task completion has no task_id")
     else:
         raise RunRequestError("unimplemented", f"conversation action {action} is not supported yet")
-    mode = agent.AgentMode.AGENT
-    if user_message is not None and user_message.mode != agent.AgentMode.UNSPECIFIED:
-        # The message's mode wins over the restored state's: the user may just have switched.
-        mode = user_message.mode
-    elif req.conversation_state is not None and req.conversation_state.mode:
-        mode = req.conversation_state.mode
+    if mode == agent.AgentMode.UNSPECIFIED:
+        mode = _mode(user_message, req.conversation_state)
     subagent_type = req.subagent_type_name or ""
     try:
         run_mode(mode, subagent_type)
@@ -104,7 +130,19 @@ def parse_run_request(request_id: str, req: agent.AgentRunRequest) -> RunStart:
         conversation_group_id=req.conversation_group_id or "",
         mcp_tools=req.mcp_tools,
         subagent_type=subagent_type,
+        event_action=event,
     )
+
+
+def _mode(
+    user_message: agent.UserMessage | None, state: agent.ConversationStateStructure | None
+) -> agent.AgentMode:
+    if user_message is not None and user_message.mode != agent.AgentMode.UNSPECIFIED:
+        # The message's mode wins over the restored state's: the user may just have switched.
+        return user_message.mode
+    if state is not None and state.mode:
+        return state.mode
+    return agent.AgentMode.AGENT
 
 
 def encode_start(st: RunStart) -> dict[str, object]:
@@ -126,6 +164,7 @@ def encode_start(st: RunStart) -> dict[str, object]:
         "conversation_group_id": st.conversation_group_id,
         "mcp_tools": hexed(st.mcp_tools),
         "subagent_type": st.subagent_type,
+        "event_action": hexed(st.event_action),
     }
 
 
@@ -148,4 +187,5 @@ def decode_start(obj: dict[str, object]) -> RunStart:
         conversation_group_id=str(obj.get("conversation_group_id") or ""),
         mcp_tools=parsed(agent.McpTools, obj.get("mcp_tools")),  # type: ignore[arg-type]
         subagent_type=str(obj.get("subagent_type") or ""),
+        event_action=parsed(agent.ConversationAction, obj.get("event_action")),  # type: ignore[arg-type]
     )

@@ -13,6 +13,7 @@ import attrs
 
 from byok.cursor.background import is_subagent_finished, simulated_user_message
 from byok.cursor.checkpoint import TurnRecord, empty_turn
+from byok.cursor.interaction_actions import EVENT_ACTIONS, event_user_message
 from byok.cursor.request import RunStart
 from byok.model.messages import Message
 from byok.pb.agent import v1 as agent
@@ -28,6 +29,8 @@ class StartPlan:
     # to GET), none, or the message a background completion simulates.
     turn: Literal["user", "fetch", "empty", "simulated"]
     simulated: agent.BackgroundTaskCompletion | None = None
+    # An action's runtime message to append (async answers, a plan to build; interaction_actions).
+    event: bool = False
 
 
 def may_import(st: RunStart) -> bool:
@@ -37,7 +40,7 @@ def may_import(st: RunStart) -> bool:
 def plan_start(st: RunStart, head_version: int, appended: bool) -> StartPlan:
     """``head_version`` and ``appended``: what the first store trip found (0: byok has no
     history of the conversation) and whether it appended the user turn's runtime message."""
-    if st.action == "user_message_action":
+    if st.user_turn:
         # The first trip appends it unless the client's transcript must be imported first.
         return StartPlan(
             imports=not appended, append_runtime=not appended, resume=False, completions=(), turn="user"
@@ -49,6 +52,8 @@ def plan_start(st: RunStart, head_version: int, appended: bool) -> StartPlan:
             return StartPlan(imports, False, False, (), "empty")
         assert st.client_state is not None
         return StartPlan(imports, False, True, (), "fetch" if st.client_state.turns else "empty")
+    if st.action in EVENT_ACTIONS:
+        return StartPlan(imports, False, False, (), "simulated", event=True)
     assert st.action == "background_task_completion_action", st.action
     finished = tuple(c for c in st.completions if is_subagent_finished(c))
     first = finished[0] if finished else st.completions[0]
@@ -61,6 +66,8 @@ def planned_turn(st: RunStart, plan: StartPlan) -> TurnRecord | None:
         assert st.user_message is not None
         return TurnRecord(st.request_id, bytes(st.user_message))
     if plan.turn == "simulated":
+        if plan.event:
+            return TurnRecord(st.request_id, bytes(event_user_message(st)))
         assert plan.simulated is not None
         return TurnRecord(st.request_id, bytes(simulated_user_message(plan.simulated)))
     if plan.turn == "empty":
@@ -82,4 +89,6 @@ def first_step(
         return "tools"  # a resume of a staged round: its tools run again, no provider call
     if action == "resume_action" and ends_with_answer(messages):
         return "final"  # resumed from the turn-end staged checkpoint: only those are missing
+    if action in EVENT_ACTIONS and ends_with_answer(messages):
+        return "final"  # the same answers or build again: its message was answered already
     return "call"

@@ -148,6 +148,9 @@ class CursorSim:
         # The user's side of an InteractionQuery (approve, answer, reject): the messages to send,
         # or None to leave the query unanswered (as a user who has not clicked yet).
         self.on_query = on_query
+        # Seconds the user takes before their answer to a query goes out (a late answer); the
+        # run's other frames are handled meanwhile.
+        self.query_delay: Callable[[agent.InteractionQuery], float] | None = None
         # How a frame's payload is decoded; benchmarks swap in one that skips what they don't read.
         self.parse_frame: Callable[[bytes], agent.AgentServerMessage] = functools.partial(
             proto_decode.parse, agent.AgentServerMessage
@@ -216,6 +219,12 @@ class CursorSim:
                     await reply(out)
             elif self.executor is not None:
                 await self.executor.run(msg, reply, delay=delay)
+
+        async def answer_later(delay: float, answers: list[agent.AgentClientMessage]) -> None:
+            await trio.sleep(delay)
+            for answer in answers:
+                if tr.end_stream is None:
+                    await send(answer)
 
         def on_exec_frame(frame: agent.AgentServerMessage, execs: trio.Nursery) -> None:
             if (msg := frame.exec_server_message) is not None:
@@ -299,7 +308,11 @@ class CursorSim:
                             set_ids[kv.id] = kv.set_blob_args.blob_id
                         on_exec_frame(msg, execs)
                         if (query := msg.interaction_query) is not None and self.on_query is not None:
-                            for answer in self.on_query(query) or []:
+                            answers = self.on_query(query) or []
+                            delay = self.query_delay(query) if self.query_delay is not None else 0.0
+                            if delay > 0:
+                                execs.start_soon(answer_later, delay, answers)
+                            for answer in [] if delay > 0 else answers:
                                 await send(answer)
                         if (kv := msg.kv_server_message) is not None and self.kv_delay is not None:
                             await trio.sleep(self.kv_delay(kv))

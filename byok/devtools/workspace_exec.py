@@ -7,6 +7,7 @@ is read, written or deleted (symlinks are resolved first).
 
 Client message sequences (every ExecClientMessage carries the exec's id and exec_id):
   read / write / delete / grep / diagnostics: one ``*_result``, then control ``stream_close``.
+  fetch_args: the URL fetched over HTTP (workspace_fetch), one ``fetch_result``, ``stream_close``.
   shell_stream_args: ``start``, ``stdout``/``stderr`` as output arrives, then ``exit`` (or
     ``backgrounded`` past the timeout with BACKGROUND), then ``stream_close``.
   MCP execs: answered by the pretend MCP server given as ``mcp`` (devtools/sim_mcp.py).
@@ -24,6 +25,7 @@ import trio
 
 from byok.devtools import workspace_files
 from byok.devtools.exec_client import PendingExec, Reply, exec_result, stream_close, throw
+from byok.devtools.workspace_fetch import fetch
 from byok.devtools.workspace_grep import grep
 from byok.devtools.workspace_shell import Shell, Shells
 from byok.pb.agent import v1 as agent
@@ -71,6 +73,13 @@ class WorkspaceExecutor:
             elif self.mcp is not None and (answers := self.mcp.answer(msg)) is not None:
                 for answer in answers:
                     await reply(answer)
+            elif name == "fetch_args":
+                with trio.CancelScope() as pending.scope:
+                    result = await fetch(args)
+                pending.scope = None
+                if not pending.aborted:
+                    await reply(exec_result(msg, fetch_result=result))
+                await reply(stream_close(msg.id))
             elif name not in _ONE_SHOT:
                 await reply(throw(msg.id, f"unsupported exec {name or '(none)'}"))
             else:

@@ -27,6 +27,22 @@ class ToolSetup:
     backends: frozenset[str] = frozenset()  # server-side tool backends configured ("search", "images")
 
 
+def tool_setup(
+    registry: Mapping[str, ToolDef],
+    specs_by_mode: Mapping[str, tuple[ToolSpec, ...]],
+    backends: frozenset[str],
+) -> ToolSetup:
+    """The tools each mode offers: its manifest, less the tools whose backend is not configured
+    (clarification 14: never offered, so never called with a made-up result)."""
+
+    def usable(spec: ToolSpec) -> bool:
+        tool = registry.get(spec.name)
+        return tool is None or tool.backend is None or tool.backend in backends
+
+    offered = {mode: tuple(s for s in specs if usable(s)) for mode, specs in specs_by_mode.items()}
+    return ToolSetup(registry, offered, backends)
+
+
 @attrs.frozen
 class RunDeps:
     config: Config

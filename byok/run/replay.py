@@ -29,6 +29,7 @@ from byok.cursor.token_details import decode_details
 from byok.cursor.tools.env import ToolEnv
 from byok.cursor.tools.mcp_dynamic import run_tools
 from byok.cursor.tools.registry import build_registry
+from byok.cursor.tools.work import decode_result
 from byok.loop.compaction import kept_tail
 from byok.loop.input_codec import decode_input
 from byok.loop.model_call import ModelProtocolError
@@ -44,7 +45,7 @@ from byok.run.driver import Driver
 from byok.run.inbox_pump import route
 from byok.run.kv import KvLink
 from byok.run.run_log import FrameDigest, outcome_json
-from byok.run.turn_effects import TurnEffects, tool_done
+from byok.run.turn_effects import TurnEffects, tool_done, tool_note
 from byok.store.records import Head
 
 
@@ -77,6 +78,7 @@ class FrameSink:
 @attrs.frozen
 class _Deps:
     tools: ToolSetup
+    prompts: dict[str, ModeAssets]  # the modes the run switched to (its "mode" lines)
 
 
 @attrs.frozen
@@ -97,11 +99,14 @@ class ReplayEffects(TurnEffects):
 
     def _spawn(self, work: Callable[[Command], Awaitable[Input | None]], command: Command) -> None:
         if isinstance(command, CallModel):
-            messages = self.ctx.head.messages
+            c = self.ctx  # its mode's prompt and tools: a SwitchMode may have changed them
+            messages = c.head.messages
             if command.compact:
                 summarized = messages[: kept_tail(messages)]
                 messages = (*summarized, Message(role="user", origin="runtime", text=self.compaction))
-            request = attrs.evolve(self.template, history=project(messages))
+            request = attrs.evolve(
+                self.template, system=c.assets.system, tools=c.tool_specs, history=project(messages)
+            )
             self.requests.append(adapter_for(self.kind).render(request).body)
         elif isinstance(command, Commit):
             self._committing = command
@@ -145,8 +150,17 @@ class ReplayResult:
         return out
 
 
-def _world(start: dict[str, Any]) -> tuple[ReplayEffects, Driver, FrameSink]:
+def _specs(rows: list[list[str]]) -> tuple[ToolSpec, ...]:
+    return tuple(ToolSpec(name, description, parameters) for name, description, parameters in rows)
+
+
+def _world(start: dict[str, Any], modes: list[dict[str, Any]]) -> tuple[ReplayEffects, Driver, FrameSink]:
     st = decode_start(start["run"])
+    backends = frozenset(start.get("backends", ()))
+    # What the live run read from its deps when it switched modes, from the log's "mode" lines.
+    prompts = {m["mode"]: ModeAssets(m["mode"], m["system"], "") for m in modes}
+    base = build_registry()
+    setup = ToolSetup(base, {m["mode"]: _specs(m["tools"]) for m in modes}, backends)
     sink = FrameSink(st.request_id)
     memory = ConversationMemory(acked={bytes.fromhex(h) for h in start["acked"]})
     memory.root_ids = {bytes.fromhex(k): Blob(bytes.fromhex(v), b"") for k, v in start["root_ids"].items()}
@@ -157,15 +171,16 @@ def _world(start: dict[str, Any]) -> tuple[ReplayEffects, Driver, FrameSink]:
         sink.send,
         st.request_id,
         lambda call_id, outcome: driver_box[0].submit(tool_done(call_id, outcome), derived=True),
+        on_work=lambda call_id, work: None,  # its result is the log's "work" line
+        on_note=lambda call_id, note: driver_box[0].submit(tool_note(note, ctx), derived=True),
     )
     h = start["head"]
-    tools = tuple(ToolSpec(name, description, parameters) for name, description, parameters in start["tools"])
+    tools = _specs(start["tools"])
     turn = start["turn"]
-    base = build_registry()
     registry, dynamic = run_tools(st, base)  # the announced MCP tools follow from the request
     ctx = RunContext(
         start=st,
-        deps=_Deps(ToolSetup(base, {})),  # type: ignore[arg-type]
+        deps=_Deps(setup, prompts),  # type: ignore[arg-type]
         slot=sink,  # type: ignore[arg-type]
         memory=memory,
         kv=kv,
@@ -182,7 +197,7 @@ def _world(start: dict[str, Any]) -> tuple[ReplayEffects, Driver, FrameSink]:
             root_conversation_id=st.conversation_group_id or st.conversation_id,
             mode=start["mode"],
             request_context=st.request_context,
-            backends=frozenset(start.get("backends", ())),
+            backends=backends,
         ),
         agent_mode=st.mode,
         head=Head(
@@ -219,11 +234,12 @@ def _world(start: dict[str, Any]) -> tuple[ReplayEffects, Driver, FrameSink]:
 
 
 def replay(lines: Iterable[dict[str, Any]]) -> ReplayResult:
+    lines = list(lines)
     it = iter(lines)
     start = next(it, None)
     if start is None or start.get("k") != "start":
         raise ReplayError("not a run log: it does not begin with a start line")
-    effects, driver, sink = _world(start)
+    effects, driver, sink = _world(start, [obj for obj in lines if obj.get("k") == "mode"])
     live: dict[str, Any] | None = None
     paused = False  # at a Flush: the live run went on only at the log's next "flushed"
     for obj in it:
@@ -235,6 +251,10 @@ def replay(lines: Iterable[dict[str, Any]]) -> ReplayResult:
             paused = False
         elif kind == "reattach":
             effects.ctx.kv.resend_unacked()
+        elif kind == "work":
+            effects.ctx.router.work_done(obj["call_id"], decode_result(obj["result"]))
+        elif kind == "mode":
+            pass  # read before the replay began
         elif kind == "end":
             live = obj
             break

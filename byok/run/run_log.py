@@ -7,9 +7,10 @@ replayed), then in the order the run took them every input that
 came from outside the machine (``loop/input_codec.py``) and every client message as its bytes
 (``client``; the results and cancels they carry are derived again on replay), ``flushed`` where
 the run went on after letting the stream writer through (what other tasks did meanwhile comes
-before it), a ``reattach`` when a RunSSE came back, and ``end``: how many frames the run sent
-and their SHA-256, each provider request's SHA-256 and the outcome, which a replay must
-reproduce.
+before it), a ``reattach`` when a RunSSE came back, ``work`` (a tool's server work finished,
+with its result), ``mode`` (the run switched modes: the new mode's prompt and tools; a replay
+reads these first), and ``end``: how many frames the run sent and their SHA-256, each provider
+request's SHA-256 and the outcome, which a replay must reproduce.
 
 Kept only with ``[logging] record_runs = true`` (tests always record).
 """
@@ -23,8 +24,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from byok.cursor.request import encode_start
+from byok.cursor.tools.work import WorkResult, encode_result
 from byok.loop.input_codec import encode_input
 from byok.loop.turn_values import Canceled, Failed, Input, Outcome, Succeeded
+from byok.model.request import ToolSpec
 from byok.run.context import RunContext
 from byok.run.provider_call import model_settings
 
@@ -78,7 +81,7 @@ def start_line(ctx: RunContext, kv_next_id: int) -> dict[str, Any]:
         "backends": sorted(c.tool_env.backends),
         "system": c.assets.system,
         "compaction": c.deps.prompts["compaction"].system if "compaction" in c.deps.prompts else "",
-        "tools": [[t.name, t.description, t.parameters_json] for t in c.tool_specs],
+        "tools": spec_rows(c.tool_specs),
         "head": {
             "conversation_id": head.conversation_id,
             "revision_id": head.revision_id,
@@ -99,6 +102,10 @@ def start_line(ctx: RunContext, kv_next_id: int) -> dict[str, Any]:
         # is above; a replay starts after them.
         "prelude_frames": c.slot.sent,
     }
+
+
+def spec_rows(tools: tuple[ToolSpec, ...]) -> list[list[str]]:
+    return [[t.name, t.description, t.parameters_json] for t in tools]
 
 
 def run_log_path(data_dir: Path, request_id: str) -> Path:
@@ -133,6 +140,14 @@ class RunLog:
 
     def flushed(self) -> None:
         self._line({"k": "flushed"})
+
+    def work(self, call_id: str, result: WorkResult) -> None:
+        """Server work a tool asked for finished with ``result`` (a replay hands it back)."""
+        self._line({"k": "work", "call_id": call_id, "result": encode_result(result)})
+
+    def mode(self, mode: str, system: str, tools: tuple[ToolSpec, ...]) -> None:
+        """The run switched to ``mode``: what its model calls and checkpoints use from then on."""
+        self._line({"k": "mode", "mode": mode, "system": system, "tools": spec_rows(tools)})
 
     def reattach(self) -> None:
         self._line({"k": "reattach"})

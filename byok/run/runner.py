@@ -20,6 +20,7 @@ from byok.cursor.token_details import unmeasured
 from byok.cursor.tools.base import ToolOutcome
 from byok.cursor.tools.env import ToolEnv
 from byok.cursor.tools.mcp_dynamic import run_tools
+from byok.cursor.tools.modes import ModeSwitch
 from byok.loop import compaction
 from byok.loop.turn_values import (
     Begin,
@@ -42,6 +43,7 @@ from byok.run.kv import KvLink
 from byok.run.run_log import RunLog, run_log_path
 from byok.run.slot import RunSlot
 from byok.run.start_point import begin, runtime_message, start_point
+from byok.run.tool_work import perform
 from byok.run.turn_effects import TurnEffects, tool_done, tool_note
 from byok.store import RunExists, StoreError
 
@@ -65,7 +67,9 @@ class Run:
             slot=slot,
             memory=memory,
             kv=KvLink(slot.send, memory.acked),
-            router=ExecRouter(slot.send, start.request_id, self._tool_done, on_note=self._tool_note),
+            router=ExecRouter(
+                slot.send, start.request_id, self._tool_done, on_note=self._tool_note, on_work=self._tool_work
+            ),
             model=model,
             provider=provider,
             mode=mode,
@@ -110,7 +114,25 @@ class Run:
 
     def _tool_note(self, call_id: str, note: object) -> None:
         assert self.driver is not None
+        deps = self.ctx.deps
+        if self.log is not None and isinstance(note, ModeSwitch):  # a replay needs the new mode's assets
+            self.log.mode(
+                note.mode, deps.prompts[note.mode].system, deps.tools.specs_by_mode.get(note.mode, ())
+            )
         self.driver.submit(tool_note(note, self.ctx), derived=True)
+
+    def _tool_work(self, call_id: str, work: object) -> None:
+        assert self.effects is not None
+        self.effects.nursery.start_soon(self._perform_work, call_id, work)
+
+    async def _perform_work(self, call_id: str, work: object) -> None:
+        """A tool's server work, as a task of the run: its result goes to the log, then the tool."""
+        assert self.driver is not None
+        result = await perform(work, self.ctx.deps.config, self.ctx.deps.http)  # type: ignore[arg-type]
+        if self.log is not None:
+            self.log.work(call_id, result)
+        self.ctx.router.work_done(call_id, result)
+        await self.driver.drain()
 
     # --- lifecycle ------------------------------------------------------------------------
     async def run(self, scope: trio.CancelScope) -> None:
@@ -229,7 +251,7 @@ class Run:
         runtime message(s) exactly once; the machine's Begin says what the run does first."""
         c = self.ctx
         st, wall_ms = c.start, c.deps.wall_ms
-        runtime = runtime_message(c.assets, st, wall_ms()) if st.action == "user_message_action" else None
+        runtime = runtime_message(c.assets, st, wall_ms()) if st.user_turn else None
         try:
             begun = await begin(c.deps.store, st, runtime, wall_ms())
         except RunExists as e:
@@ -245,6 +267,7 @@ class Run:
             runtime,
             wall_ms=wall_ms,
             timeout_s=c.deps.config.server.kv_ack_timeout_s,
+            runtime_template=c.assets.runtime_template,
         )
         c.head, c.prior_turns, c.turn = point.head, point.prior_turns, point.turn
         if point.token_details is not None:

@@ -15,6 +15,7 @@ import attrs
 
 from byok.cursor.background import completion_event_id, completion_message
 from byok.cursor.checkpoint import ClientState, TurnRecord
+from byok.cursor.interaction_actions import event_message
 from byok.cursor.prompting import ModeAssets, build_runtime_message
 from byok.cursor.request import RunStart
 from byok.cursor.start_plan import may_import, plan_start, planned_turn
@@ -175,6 +176,7 @@ async def start_point(
     *,
     wall_ms: Callable[[], int],
     timeout_s: float,
+    runtime_template: str = "",
 ) -> StartPoint:
     """After the first trip: the steps ``plan_start`` decided (import the history, append the
     runtime message, move the head for a resume, append finished subagents' reports), each
@@ -208,6 +210,10 @@ async def start_point(
         head = await _append(
             store, st, head, completion_message(c), wall_ms(), event_id=completion_event_id(c)
         )
+    if plan.event:
+        now = wall_ms()
+        message = event_message(st, head.messages, runtime_template, iso_utc(now))
+        head = await _append(store, st, head, message, now, event_id=message.event_id)
     turn = planned_turn(st, plan)
     if turn is None:
         assert state is not None

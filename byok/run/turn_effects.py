@@ -31,6 +31,7 @@ from byok.cursor.checkpoint import (
     thinking_step,
 )
 from byok.cursor.exec_router import dispatch
+from byok.cursor.plan_state import current_plan
 from byok.cursor.prompting import ModeAssets
 from byok.cursor.todos import TOOL_NAME as TODO_TOOL
 from byok.cursor.token_details import token_details
@@ -394,6 +395,7 @@ class TurnEffects:
             summary=summary_text(first) if first is not None and first.origin == "summary" else None,
             summaries=summary_count(stable),
             todos=todos.blobs(todos.todos(stable)),
+            plan=current_plan(stable),
         )
 
     def _turn_of(self, steps: tuple[Step, ...]) -> TurnRecord:

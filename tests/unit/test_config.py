@@ -203,7 +203,8 @@ def test_invalid_toml_has_line_and_column(tmp_path: Path) -> None:
     [
         (
             "frobnicate = 1",
-            "frobnicate: unknown key (allowed: server, providers, models, models_list, proxy, logging)",
+            "frobnicate: unknown key"
+            " (allowed: server, providers, models, models_list, proxy, logging, search, images)",
         ),
         (
             "[server]\nprot = 1",

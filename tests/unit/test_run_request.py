@@ -121,7 +121,7 @@ def test_user_message_action_without_user_message_is_invalid_argument() -> None:
     "action",
     [
         agent.ConversationAction(cancel_action=agent.CancelAction(reason="x")),
-        agent.ConversationAction(summarize_action=agent.SummarizeAction()),
+        agent.ConversationAction(cancel_subagent_action=agent.CancelSubagentAction(subagent_id="s")),
     ],
 )
 def test_unsupported_action_is_unimplemented(action: agent.ConversationAction) -> None:
@@ -221,3 +221,48 @@ def test_client_state_is_passed_through() -> None:
     start = parse_run_request("rq", wire(request(conversation_state=client)))
     assert start.client_state is not None
     assert bytes(start.client_state) == bytes(client)
+
+
+def test_start_plan_action_is_a_user_turn_in_plan_mode() -> None:
+    message = agent.UserMessage(text="plan it", message_id="m-9")
+    action = agent.ConversationAction(start_plan_action=agent.StartPlanAction(user_message=message))
+    start = parse_run_request("r", wire(request(action=action)))
+    assert start.user_turn and start.mode == Mode.PLAN and start.user_message == message
+    # A start-plan message that names its own mode keeps it.
+    message.mode = Mode.AGENT
+    assert parse_run_request("r", wire(request(action=action))).mode == Mode.AGENT
+    empty = agent.ConversationAction(start_plan_action=agent.StartPlanAction())
+    assert error_of(request(action=empty)).code == "invalid_argument"
+
+
+def ask_completion(result: agent.AskQuestionResult | None, call_id: str = "c1") -> agent.ConversationAction:
+    completion = agent.AsyncAskQuestionCompletionAction(original_tool_call_id=call_id, result=result)
+    return agent.ConversationAction(async_ask_question_completion_action=completion)
+
+
+def test_async_answers_carry_the_whole_action() -> None:
+    answered = agent.AskQuestionResult(success=agent.AskQuestionSuccess())
+    state = agent.ConversationStateStructure(mode=Mode.PLAN)
+    start = parse_run_request("r", wire(request(action=ask_completion(answered), conversation_state=state)))
+    assert not start.user_turn and start.user_message is None
+    assert start.event_action == ask_completion(answered)
+    assert start.mode == Mode.PLAN  # the conversation's mode: the action names none
+    # Answers must be answers: no call id, no result, or "later" again are refused.
+    assert error_of(request(action=ask_completion(answered, call_id=""))).code == "invalid_argument"
+    assert error_of(request(action=ask_completion(None))).code == "invalid_argument"
+    later = agent.AskQuestionResult(async_=agent.AskQuestionAsync())
+    assert "carries no answer" in error_of(request(action=ask_completion(later))).message
+
+
+def test_execute_plan_runs_in_its_execution_mode() -> None:
+    execute = agent.ExecutePlanAction(request_context=agent.RequestContext(), plan_file_content="# P")
+    start = parse_run_request(
+        "r", wire(request(action=agent.ConversationAction(execute_plan_action=execute)))
+    )
+    assert start.mode == Mode.AGENT and start.request_context is not None
+    assert start.event_action is not None and start.event_action.execute_plan_action == execute
+    execute.execution_mode = Mode.DEBUG
+    start = parse_run_request(
+        "r", wire(request(action=agent.ConversationAction(execute_plan_action=execute)))
+    )
+    assert start.mode == Mode.DEBUG

@@ -51,6 +51,19 @@ EXPECTED_PARAMETERS = {
         "old_string",
         "new_string",
     },
+    "AskQuestion": {"title", "questions"},
+    "CreatePlan": {"name", "overview", "plan", "todos"},
+    "SwitchMode": {"target_mode_id", "explanation"},
+    "WebFetch": {"url"},
+    "WebSearch": {"search_term", "explanation"},
+    "GenerateImage": {"description", "file_path"},
+}
+# Interaction tools by mode (seeds 000 §26.13; PROTOCOL §5's sets, CreatePlan only in plan mode).
+INTERACTIONS = {
+    "agent": {"AskQuestion", "SwitchMode", "WebFetch", "WebSearch", "GenerateImage"},
+    "ask": {"AskQuestion", "WebFetch", "WebSearch"},
+    "debug": {"AskQuestion", "WebFetch", "WebSearch"},
+    "plan": {"AskQuestion", "CreatePlan", "WebFetch", "WebSearch"},
 }
 READ_ONLY = {"Read", "Grep", "Glob", "ReadLints"}
 MCP = {"GetMcpTools", "CallMcpTool", "FetchMcpResource"}  # every mode: MCP servers are the user's own
@@ -135,16 +148,23 @@ def test_every_mode_manifest_names_catalog_tools(mode: str) -> None:
 def test_mode_tool_sets() -> None:
     catalog = load_tool_catalog(ROOT)
     names = {mode: [t.name for t in mode_tools(ROOT, mode, catalog)] for mode in REQUIRED_MODES}
-    assert set(names["agent"]) == set(EXPECTED_PARAMETERS) == set(names["debug"])
+    interactions = set().union(*INTERACTIONS.values())
+    everything = set(EXPECTED_PARAMETERS) - interactions
+    assert set(names["agent"]) - INTERACTIONS["agent"] == everything
+    assert set(names["debug"]) - INTERACTIONS["debug"] == everything
     # A tool added to the agent's manifest belongs in these two as well (docs/architecture.md).
     assert names["multitask"] == names["agent"], "prompt/modes/multitask/tools.json: the agent's tools"
-    # Subagents write files and run commands (seeds 000 §32); they never ask the user.
-    assert set(names["subagent"]) == set(names["agent"]) - {"AskQuestion"}, (
-        "prompt/modes/subagent/tools.json: the agent's tools but AskQuestion"
+    # Subagents write files and run commands (seeds 000 §32); they never ask the user, not even
+    # for an approval.
+    assert set(names["subagent"]) == set(names["agent"]) - interactions, (
+        "prompt/modes/subagent/tools.json: the agent's tools but the interactions"
     )
     assert names["compaction"] == []
-    assert set(names["ask"]) == READ_ONLY | MCP | EVERY_MODE
-    assert set(names["plan"]) == READ_ONLY | {"Shell"} | MCP | EVERY_MODE
+    assert set(names["ask"]) - INTERACTIONS["ask"] == READ_ONLY | MCP | EVERY_MODE
+    assert set(names["plan"]) - INTERACTIONS["plan"] == READ_ONLY | {"Shell"} | MCP | EVERY_MODE
+    for mode, offered in INTERACTIONS.items():
+        assert offered <= set(names[mode]), mode
+        assert not (interactions - offered) & set(names[mode]), mode
     # Manifest order is the order the provider sees.
     manifest = json.loads((ROOT / "modes" / "plan" / "tools.json").read_text(encoding="utf-8"))
     assert names["plan"] == manifest

@@ -186,6 +186,8 @@ class ToolDef:
     execute: Callable[[Invocation], Execution]
     args_stream: Callable[[], ArgsStream] | None = None
     transport: str = "exec"  # "exec" | "interaction" | "local" (documentation and the tool table)
+    # A server-side backend the tool needs ("search", "images"): offered only when configured.
+    backend: str | None = None
 
     def tool_call(self, record: Any) -> agent.ToolCall:
         # A tool whose card depends on its arguments (CallMcpTool's mcp_auth) returns the whole

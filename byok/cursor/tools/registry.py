@@ -5,15 +5,20 @@ from __future__ import annotations
 from types import ModuleType
 
 from byok.cursor.tools import (
+    ask_question_tool,
     delete_tool,
     edit_tools,
     mcp_tools,
     notebook_tool,
+    plan_tool,
     read_lints_tool,
     read_tool,
     search_tools,
+    server_work_tools,
     shell_tool,
+    switch_mode_tool,
     todo_tool,
+    web_fetch_tool,
 )
 from byok.cursor.tools.base import ToolDef
 from byok.pb.agent import v1 as agent
@@ -29,6 +34,11 @@ MODULES: tuple[ModuleType, ...] = (
     mcp_tools,
     todo_tool,
     notebook_tool,
+    ask_question_tool,
+    plan_tool,
+    switch_mode_tool,
+    web_fetch_tool,
+    server_work_tools,
 )
 
 
