@@ -16,22 +16,12 @@ from pathlib import Path
 import trio
 
 from byok.commands.config_args import load_from_args
-from byok.config import Config, ConfigError
+from byok.commands.daemon_address import daemon_address
+from byok.config import ConfigError
 from byok.exception_groups import sole
 
 MODES = ("agent", "ask", "plan", "debug")
 EXIT_INTERRUPTED = 130  # as a shell reports a command ended by SIGINT
-
-
-def daemon_url(config: Config) -> str:
-    """The daemon running on this config's data dir, else where this config has it listen."""
-    from byok.cursor_setup import local_url
-    from byok.daemon_lock import read_holder
-
-    holder = read_holder(config.server.data_dir)
-    if holder is not None and holder.url:
-        return holder.url
-    return local_url(config.server.host, config.server.port)
 
 
 def _workspace(arg: str | None) -> tuple[Path, str]:
@@ -73,7 +63,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     except (ConfigError, NotADirectoryError) as e:
         print(f"byok: {e}", file=sys.stderr)
         return 2
-    url = args.url or daemon_url(config)
+    address = daemon_address(config, args.url)
+    url = address.shown
     model = args.model or next((m.id for m in config.enabled_models()), None)
     if model is None:
         print(
@@ -103,7 +94,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         workspace = ShownWorkspace(root, display)
         with trio.open_signal_receiver(signal.SIGINT) as signals:
             async with (
-                httpx.AsyncClient(timeout=None, trust_env=False) as client,
+                httpx.AsyncClient(timeout=None, trust_env=False, verify=address.verify) as client,
                 trio.open_nursery() as nursery,
             ):
 
@@ -118,7 +109,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                         cancel.set()
 
                 nursery.start_soon(on_signals)
-                sim = CursorSim(url, client, executor=workspace, on_query=display.query)
+                sim = CursorSim(address.base, client, executor=workspace, on_query=display.query)
                 try:
                     return await sim.run(
                         str(uuid.uuid4()),

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from byok.commands.config_args import load_from_args
+from byok.commands.daemon_address import daemon_address
 from byok.config import ConfigError
 from byok.daemon_lock import read_holder
 
@@ -77,15 +78,20 @@ def cmd_status(args: argparse.Namespace) -> int:
     if holder.url is None:
         print(f"byok (pid {holder.pid}) is starting on data dir {data_dir}")
         return 1
+    address = daemon_address(config)
     try:
-        resp = httpx.get(holder.url + "/byok/status", timeout=STATUS_TIMEOUT_S, trust_env=False)
+        resp = httpx.get(
+            address.base + "/byok/status", timeout=STATUS_TIMEOUT_S, trust_env=False, verify=address.verify
+        )
         resp.raise_for_status()
         body = resp.json()
     except (httpx.HTTPError, ValueError) as e:
-        print(f"byok (pid {holder.pid}) holds data dir {data_dir} but does not answer at {holder.url}: {e}")
+        print(
+            f"byok (pid {holder.pid}) holds data dir {data_dir} but does not answer at {address.shown}: {e}"
+        )
         return 1
     if args.json:
-        print(json.dumps({"url": holder.url, **body}, indent=2))
+        print(json.dumps({"url": address.shown, **body}, indent=2))
     else:
-        print(status_text(body, holder.url, config.source, int(time.time() * 1000)))
+        print(status_text(body, address.shown, config.source, int(time.time() * 1000)))
     return 0

@@ -61,7 +61,8 @@ async def respond_status(
     health: UpstreamHealth | None,
     started_ms: int,
 ) -> None:
-    if not from_this_machine(scope):
+    # Behind LAN mode's credential (the request carried it) anyone may ask; otherwise this machine.
+    if not (config.server.has_auth_token or from_this_machine(scope)):
         await respond_json(send, 403, {"error": "byok's status is for clients on this machine only"})
         return
     reachable = None if health is None else await health.reachable()

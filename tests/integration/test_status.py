@@ -107,3 +107,21 @@ async def test_a_second_daemon_on_the_same_data_dir_refuses_in_one_line(tmp_path
         "--config", str(cfg), "--port", "0", home=tmp_path, log=tmp_path / "2.log"
     ) as again:
         assert await again.stop() == 0
+
+
+async def test_status_of_a_daemon_in_lan_mode(tmp_path: Path) -> None:
+    """TLS and a credential (docs/lan.md): `byok status` reaches the daemon with both; a request
+    without the credential gets nothing."""
+    cfg = tmp_path / "byok.toml"
+    token = "t" * 40
+    lan = f'auth_token = "{token}"\ntls_names = ["localhost"]'
+    write_config(cfg, provider_url="http://127.0.0.1:9/v1", data_dir=tmp_path / "data", server_extra=lan)
+    cfg.chmod(0o600)
+    async with serve_process("--config", str(cfg), "--port", "0", home=tmp_path, log=tmp_path / "d.log") as d:
+        assert d.url.startswith("https://")
+        code, out, err = await byok_async("status", "--config", str(cfg), "--json", home=tmp_path)
+        assert code == 0, (out, err)
+        assert json.loads(out)["url"] == d.url.replace("localhost", "127.0.0.1") and token not in out
+        async with httpx.AsyncClient(verify=False) as client:
+            assert (await client.get(d.url + "/byok/status")).status_code == 401
+        assert await d.stop() == 0

@@ -75,7 +75,7 @@ async def serve_process(*args: str, home: Path, log: Path, **env: str) -> AsyncI
         )
     served = Served(proc, "", log)
     try:
-        served.url = (await served.wait_for_log(r"byok listening on (http://\S+)")).group(1)
+        served.url = (await served.wait_for_log(r"byok listening on (https?://\S+)")).group(1)
         yield served
     finally:
         if proc.returncode is None:
