@@ -154,6 +154,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     stats.add_argument("--json", action="store_true", help="print the rows as JSON")
     stats.set_defaults(func=_lazy("usage", "cmd_stats"))
+    doc = sub.add_parser(
+        "doctor", help="check the config, the files, each provider and the port; say how to connect Cursor"
+    )
+    _config_flags(doc)
+    _env_file_flag(doc)
+    doc.add_argument(
+        "--timeout",
+        type=float,
+        default=20.0,
+        metavar="SECONDS",
+        help="how long each provider check may take (default 20)",
+    )
+    doc.set_defaults(func=_lazy("doctor", "cmd_doctor"))
     cc = sub.add_parser("cursor-command", help="print the command that starts Cursor with byok as backend")
     _config_flags(cc)
     cc.set_defaults(func=cmd_cursor_command)
