@@ -152,6 +152,7 @@ def build_checkpoint(
     summaries: int = 0,
     todos: Sequence[Blob] = (),
     plan: PlanState | None = None,
+    progress: tuple[str, agent.CommunicateUpdateTurnState] | None = None,
 ) -> Checkpoint:
     """``root_of``: a message's root blob, with empty data when the client holds it already (such
     a blob is listed, not sent). ``roots``: the conversation's RootList, so a growing history
@@ -160,7 +161,8 @@ def build_checkpoint(
     compactions the conversation has had (self_summary_count). ``todos``: the todo list's blobs
     (one encoded TodoItem each, folded from the history: cursor/todos.py). ``plan``: the
     conversation's current plan (cursor/plan_state.py), shown in ``plan`` (the id of its
-    ConversationPlan blob) and ``plans``."""
+    ConversationPlan blob) and ``plans``. ``progress``: a subagent's (parent Task call id,
+    progress folded from its UpdateCurrentStep calls)."""
     system = system_root(system_prompt)
     entries, blobs = (roots or RootList()).entries(stable, root_of)
     blobs.insert(0, system)
@@ -179,6 +181,8 @@ def build_checkpoint(
         self_summary_count=summaries,
     )
     blobs += todos
+    if progress is not None:
+        rest.communicate_update_states_by_parent_tool_call_id = {progress[0]: progress[1]}
     if summary is not None:
         summary_blob = Blob.of(conversation_summary(summary))
         blobs.append(summary_blob)

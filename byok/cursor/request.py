@@ -33,6 +33,15 @@ class RunStart:
     mcp_tools: agent.McpTools | None = None  # MCP tools the client announced in the run request
     # The run is a subagent's (AgentRunRequest.subagent_type_name): it runs the subagent set.
     subagent_type: str = ""
+    # A subagent's run: its parent run's request id and the parent's Task call id
+    # (x-parent-request-id, x-parent-agent-tool-call-id), ("", "") for a root run.
+    parent: tuple[str, str] = ("", "")
+    # Per subagent type, the model its Task calls run on (an override, inherit, or disabled).
+    subagent_model_overrides: tuple[agent.SubagentModelOverride, ...] = ()
+    # cancel_subagent_action's subagent id, background_subagent_action's Task call id.
+    target: str = ""
+    # The client asked for no UpdateCurrentStep tool (suppress_subagent_progress_update_tool).
+    no_progress_tool: bool = False
 
     @property
     def mode_dir(self) -> str:
@@ -62,7 +71,9 @@ def requested_model_id(req: agent.AgentRunRequest) -> str:
     return ""
 
 
-def parse_run_request(request_id: str, req: agent.AgentRunRequest) -> RunStart:
+def parse_run_request(
+    request_id: str, req: agent.AgentRunRequest, parent: tuple[str, str] = ("", "")
+) -> RunStart:
     model_id = requested_model_id(req)
     if not model_id:
         raise RunRequestError("invalid_argument", "run_request must select a model")
@@ -76,6 +87,7 @@ def parse_run_request(request_id: str, req: agent.AgentRunRequest) -> RunStart:
     user_message: agent.UserMessage | None = None
     context: agent.RequestContext | None = None
     completions: tuple[agent.BackgroundTaskCompletion, ...] = ()
+    target = ""
     event: agent.ConversationAction | None = None
     mode = agent.AgentMode.UNSPECIFIED  # the action's own mode, when it names one
     if isinstance(value, agent.UserMessageAction | agent.StartPlanAction):
@@ -108,6 +120,14 @@ def parse_run_request(request_id: str, req: agent.AgentRunRequest) -> RunStart:
             raise RunRequestError("invalid_argument", "background_task_completion_action has no completions")
         if any(not c.task_id for c in completions):
             raise RunRequestError("invalid_argument", "a background task completion has no task_id")
+    elif isinstance(value, agent.CancelSubagentAction):
+        if not value.subagent_id:
+            raise RunRequestError("invalid_argument", "cancel_subagent_action has no subagent_id")
+        target = value.subagent_id
+    elif isinstance(value, agent.BackgroundSubagentAction):
+        if not value.tool_call_id:
+            raise RunRequestError("invalid_argument", "background_subagent_action has no tool_call_id")
+        target = value.tool_call_id
     else:
         raise RunRequestError("unimplemented", f"conversation action {action} is not supported yet")
     if mode == agent.AgentMode.UNSPECIFIED:
@@ -131,6 +151,10 @@ def parse_run_request(request_id: str, req: agent.AgentRunRequest) -> RunStart:
         mcp_tools=req.mcp_tools,
         subagent_type=subagent_type,
         event_action=event,
+        parent=parent,
+        subagent_model_overrides=tuple(req.subagent_model_overrides),
+        target=target,
+        no_progress_tool=bool(req.suppress_subagent_progress_update_tool),
     )
 
 
@@ -165,6 +189,10 @@ def encode_start(st: RunStart) -> dict[str, object]:
         "mcp_tools": hexed(st.mcp_tools),
         "subagent_type": st.subagent_type,
         "event_action": hexed(st.event_action),
+        "parent": list(st.parent),
+        "subagent_model_overrides": [bytes(o).hex() for o in st.subagent_model_overrides],
+        "target": st.target,
+        "no_progress_tool": st.no_progress_tool,
     }
 
 
@@ -188,4 +216,11 @@ def decode_start(obj: dict[str, object]) -> RunStart:
         mcp_tools=parsed(agent.McpTools, obj.get("mcp_tools")),  # type: ignore[arg-type]
         subagent_type=str(obj.get("subagent_type") or ""),
         event_action=parsed(agent.ConversationAction, obj.get("event_action")),  # type: ignore[arg-type]
+        parent=tuple(obj.get("parent") or ("", "")),  # type: ignore[arg-type]
+        subagent_model_overrides=tuple(
+            agent.SubagentModelOverride().parse(bytes.fromhex(o))
+            for o in obj.get("subagent_model_overrides") or []  # type: ignore[attr-defined]
+        ),
+        target=str(obj.get("target") or ""),
+        no_progress_tool=bool(obj.get("no_progress_tool")),
     )

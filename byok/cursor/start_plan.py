@@ -46,7 +46,7 @@ def plan_start(st: RunStart, head_version: int, appended: bool) -> StartPlan:
             imports=not appended, append_runtime=not appended, resume=False, completions=(), turn="user"
         )
     imports = head_version == 0 and may_import(st)
-    if st.action in ("resume_action", "summarize_action"):
+    if st.action in ("resume_action", "summarize_action", *CONTROL_ACTIONS):
         # A summary compacts the history at the client's checkpoint, as a resume finds it.
         if not may_import(st):  # a checkpoint without roots: nothing to move to
             return StartPlan(imports, False, False, (), "empty")
@@ -79,16 +79,25 @@ def ends_with_answer(messages: tuple[Message, ...]) -> bool:
     return bool(messages) and messages[-1].role == "assistant" and not messages[-1].tool_calls
 
 
+# Actions that change nothing in the conversation: the run only answers with its checkpoints.
+CONTROL_ACTIONS = ("cancel_subagent_action", "background_subagent_action")
+
+
 def first_step(
-    action: str, staged: Message | None, messages: tuple[Message, ...]
+    action: str, staged: Message | None, messages: tuple[Message, ...], *, repeated: bool = False
 ) -> Literal["call", "tools", "final", "compact"]:
-    """What the turn machine does first (its Begin's ``start``)."""
+    """What the turn machine does first (its Begin's ``start``). ``repeated``: a background
+    completion an earlier run already appended (a retry)."""
     if action == "summarize_action":
         return "compact"
+    if action in CONTROL_ACTIONS:
+        return "final"  # never a staged round again: the user asked about a subagent, not this turn
     if staged is not None:
         return "tools"  # a resume of a staged round: its tools run again, no provider call
     if action == "resume_action" and ends_with_answer(messages):
         return "final"  # resumed from the turn-end staged checkpoint: only those are missing
     if action in EVENT_ACTIONS and ends_with_answer(messages):
         return "final"  # the same answers or build again: its message was answered already
+    if repeated and ends_with_answer(messages):
+        return "final"  # the completion was answered already: a second answer would follow the first
     return "call"

@@ -16,7 +16,7 @@ import hashlib
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -122,6 +122,11 @@ def frame_kind(msg: agent.AgentServerMessage) -> str:
     return f"{name}.{inner}" if inner else name
 
 
+Reply = Callable[[agent.AgentClientMessage], Awaitable[None]]
+# (the run's request id, the exec, its reply) -> whether it handled the exec
+AsyncExec = Callable[[str, agent.ExecServerMessage, Reply], Awaitable[bool]]
+
+
 class CursorSim:
     def __init__(
         self,
@@ -151,12 +156,21 @@ class CursorSim:
         # Seconds the user takes before their answer to a query goes out (a late answer); the
         # run's other frames are handled meanwhile.
         self.query_delay: Callable[[agent.InteractionQuery], float] | None = None
+        # Execs the client answers by doing more than one thing (Task runs a child run): the
+        # handler answers through ``reply`` and returns True, or returns False to pass.
+        self.async_exec: AsyncExec | None = None
         # How a frame's payload is decoded; benchmarks swap in one that skips what they don't read.
         self.parse_frame: Callable[[bytes], agent.AgentServerMessage] = functools.partial(
             proto_decode.parse, agent.AgentServerMessage
         )
 
-    async def append(self, request_id: str, seqno: int, msg: agent.AgentClientMessage) -> httpx.Response:
+    async def append(
+        self,
+        request_id: str,
+        seqno: int,
+        msg: agent.AgentClientMessage,
+        headers: dict[str, str] | None = None,
+    ) -> httpx.Response:
         req = aiserver.BidiAppendRequest(
             data=bytes(msg).hex(),
             request_id=aiserver.BidiRequestId(request_id=request_id),
@@ -165,7 +179,7 @@ class CursorSim:
         return await self.client.post(
             self.base_url + BIDI_APPEND,
             content=bytes(req),
-            headers={"content-type": "application/proto", "connect-protocol-version": "1"},
+            headers={"content-type": "application/proto", "connect-protocol-version": "1", **(headers or {})},
         )
 
     async def run(
@@ -176,9 +190,11 @@ class CursorSim:
         sse_first: bool = True,
         on_frame: Callable[[Recorded, Transcript], list[agent.AgentClientMessage]] | None = None,
         cancel: trio.Event | None = None,
+        headers: dict[str, str] | None = None,
     ) -> Transcript:
         """Drive one run to its end-stream. ``on_frame`` may return extra client messages to send;
-        once ``cancel`` is set the run is cancelled (the user's stop button) and read to its end."""
+        once ``cancel`` is set the run is cancelled (the user's stop button) and read to its end.
+        ``headers`` go with every append (a subagent's run names its parent's)."""
         tr = Transcript()
         seq = 0
         set_ids: dict[int, bytes] = {}  # kv id -> blob id of each SET the server sent
@@ -197,7 +213,7 @@ class CursorSim:
                         # may act on an ACK (send the checkpoint) before its HTTP 200 is read.
                         acked.add(set_ids[value.id])
                 tr.appends.append((seq, name))
-                resp = await self.append(request_id, seq, msg)
+                resp = await self.append(request_id, seq, msg, headers)
                 resp.raise_for_status()
                 seq += 1
                 return len(tr.appends) - 1
@@ -217,6 +233,8 @@ class CursorSim:
                 await trio.sleep(delay)
                 for out in custom:
                     await reply(out)
+            elif self.async_exec is not None and await self.async_exec(request_id, msg, reply):
+                pass
             elif self.executor is not None:
                 await self.executor.run(msg, reply, delay=delay)
 

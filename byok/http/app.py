@@ -153,7 +153,8 @@ class App:
 
     # --- Runs -------------------------------------------------------------------------
     def _start_run(self, slot: RunSlot, req: agent.AgentRunRequest) -> ConnectError | None:
-        refused = self.service.start(slot, lambda: parse_run_request(slot.request_id, req))
+        parent = slot.parent or ("", "")
+        refused = self.service.start(slot, lambda: parse_run_request(slot.request_id, req, parent))
         return None if refused is None else ConnectError(refused.code, refused.message)  # type: ignore[arg-type]
 
     def _refuse_run(self, slot: RunSlot, err: ConnectError) -> None:

@@ -157,6 +157,15 @@ class BidiAppends:
             return
         if slot.kind == "unknown":
             slot.decide("agent")
+        parent = (
+            header(scope, "x-parent-request-id") or "",
+            header(scope, "x-parent-agent-tool-call-id") or "",
+        )
+        if any(parent) and (conflict := slot.bind_parent(parent)) is not None:
+            # A subagent run's parent is fixed by its first append that names it (seeds 000 §33.2).
+            log.warning("request %s: append %s rejected: %s", rid, req.append_seqno, conflict)
+            await respond_connect_error(send, ConnectError("invalid_argument", conflict))
+            return
         err = self.append(slot, req.append_seqno, msg, len(req.data))
         try:
             if err is not None:

@@ -165,6 +165,10 @@ class Supervisors:
     def __len__(self) -> int:
         return len(self._by_id)
 
+    def peek(self, conversation_id: str) -> ConversationSupervisor | None:
+        """The conversation's supervisor if it has one, without making one."""
+        return self._by_id.get(conversation_id)
+
     def get(self, conversation_id: str) -> ConversationSupervisor:
         sup = self._by_id.get(conversation_id)
         if sup is None:

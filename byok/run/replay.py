@@ -196,6 +196,8 @@ def _world(start: dict[str, Any], modes: list[dict[str, Any]]) -> tuple[ReplayEf
             conversation_id=st.conversation_id,
             root_conversation_id=st.conversation_group_id or st.conversation_id,
             mode=start["mode"],
+            model_id=st.model_id,
+            subagent_model_overrides=st.subagent_model_overrides,
             request_context=st.request_context,
             backends=backends,
         ),

@@ -21,6 +21,7 @@ from byok.cursor.tools.base import ToolOutcome
 from byok.cursor.tools.env import ToolEnv
 from byok.cursor.tools.mcp_dynamic import run_tools
 from byok.cursor.tools.modes import ModeSwitch
+from byok.cursor.tools.subagent_tools import UPDATE_CURRENT_STEP
 from byok.loop import compaction
 from byok.loop.turn_values import (
     Begin,
@@ -74,13 +75,21 @@ class Run:
             provider=provider,
             mode=mode,
             assets=deps.prompts[mode],
-            tool_specs=dynamic.offered(deps.tools.specs_by_mode.get(mode, ())),
+            tool_specs=dynamic.offered(
+                tuple(
+                    spec
+                    for spec in deps.tools.specs_by_mode.get(mode, ())
+                    if not (start.no_progress_tool and spec.name == UPDATE_CURRENT_STEP)
+                )
+            ),
             details=unmeasured(model.context_tokens),
             tool_env=ToolEnv(
                 request_id=start.request_id,
                 conversation_id=start.conversation_id,
                 root_conversation_id=start.conversation_group_id or start.conversation_id,
                 mode=mode,
+                model_id=start.model_id,
+                subagent_model_overrides=start.subagent_model_overrides,
                 request_context=start.request_context,
                 backends=deps.tools.backends,
                 todos=memory.todos,
@@ -276,9 +285,11 @@ class Run:
             # After a restart, the saved root ids instead of encoding thousands of messages again
             # (once per conversation: later checkpoints of the run need no store trip).
             c.memory.recall(await c.deps.store.root_ids_at(c.head.revision_id))
-        start = first_step(st.action, point.staged, c.head.messages)
+        start = first_step(st.action, point.staged, c.head.messages, repeated=point.repeated)
         if start == "compact" and not c.head.messages:
             return Fault(Failed("failed_precondition", "the conversation has no history to summarize"))
+        if start == "final" and not c.head.messages:
+            return Fault(Failed("failed_precondition", f"{st.action}: the conversation has no history"))
         offered = frozenset(s.name for s in c.tool_specs)
         known = frozenset(c.registry)
         # The first request: the last one the client measured, and what this run appended.

@@ -89,6 +89,16 @@ class RunService:
         self.nursery.start_soon(self._run, slot, start, self.deps)  # the deps it was accepted under
         return None
 
+    def _cancel_subagent(self, subagent_id: str) -> None:
+        """cancel_subagent_action: the subagent's own run (its conversation is its agent id),
+        if one is running here, is cancelled; its stream ends canceled."""
+        child = self.supervisors.peek(subagent_id)
+        if child is not None and child.active is not None:
+            log.info("cancelling the run %s of subagent %s", child.active.request_id, subagent_id)
+            child.active.scope.cancel()
+        else:
+            log.info("cancel_subagent_action: subagent %s has no run here", subagent_id)
+
     def refuse(self, slot: RunSlot, failure: Failed) -> None:
         """A run that will not start: its RunSSE, open or still to come, ends with ``failure``."""
         slot.close(failure)
@@ -118,6 +128,11 @@ class RunService:
             slot.cancel_run()
 
     async def _run(self, slot: RunSlot, start: RunStart, deps: RunDeps) -> None:
+        if start.action == "cancel_subagent_action":
+            self._cancel_subagent(start.target)
+        elif start.action == "background_subagent_action":
+            # The parent's Task waits on the client, not on byok: the client backgrounds it.
+            log.info("run %s: the subagent of Task %s goes to the background", start.request_id, start.target)
         sup = self.supervisors.get(start.conversation_id)
         me = ActiveRun(
             start.request_id,

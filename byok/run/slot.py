@@ -50,6 +50,9 @@ class RunSlot:
         self.on_reattach: Callable[[], None] | None = None  # run hook for a replacing RunSSE
         self.tap: Callable[[bytes], None] | None = None  # sees every message sent (a run's log)
         self.poll: object | None = None  # what a RunPoll client's polls were sent (http/run_poll.py)
+        # A subagent's run: (parent request id, parent Task call id), bound by its first append
+        # that names them; None until then (a root run never names them).
+        self.parent: tuple[str, str] | None = None
         self._ever_attached = False
         # Frames queued, frames a writer has taken off the channel, and whether it is sending
         # them: what ``flushed`` waits on. ``_wrote`` is set (and replaced) at every change.
@@ -117,6 +120,15 @@ class RunSlot:
         answered before the run spends CPU on what it carries (Cursor sends its next append,
         such as a KV ACK, only after that answer)."""
         self._held.append(message)
+
+    def bind_parent(self, parent: tuple[str, str]) -> str | None:
+        """Bind the run to its parent run's Task call; the reason when it names another."""
+        if self.parent is None:
+            self.parent = parent
+            return None
+        if self.parent != parent:
+            return f"the run is bound to parent {self.parent}, an append names {parent}"
+        return None
 
     def release(self) -> None:
         """Deliver every held message, in order (whichever append handler gets here first)."""

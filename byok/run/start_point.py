@@ -164,6 +164,8 @@ class StartPoint:
     turn: TurnRecord
     staged: Message | None
     token_details: TokenDetails | None  # the client's meter, when it sent one
+    # A background completion whose every report was appended by an earlier run (a retry).
+    repeated: bool = False
 
 
 async def start_point(
@@ -206,10 +208,13 @@ async def start_point(
         assert state is not None
         head, staged = await _resume(store, memory, st, head, state, imported=plan.imports, wall_ms=wall_ms)
         prior_turns = tuple(state.turns[:-1])
+    appended = 0
     for c in plan.completions:
+        before = head.version
         head = await _append(
             store, st, head, completion_message(c), wall_ms(), event_id=completion_event_id(c)
         )
+        appended += head.version != before
     if plan.event:
         now = wall_ms()
         message = event_message(st, head.messages, runtime_template, iso_utc(now))
@@ -218,7 +223,8 @@ async def start_point(
     if turn is None:
         assert state is not None
         turn = await fetch_turn(kv, state.turns[-1], timeout_s)
-    return StartPoint(head, prior_turns, turn, staged, details)
+    repeated = bool(plan.completions) and not appended
+    return StartPoint(head, prior_turns, turn, staged, details, repeated)
 
 
 async def _resume(

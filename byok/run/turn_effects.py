@@ -38,6 +38,7 @@ from byok.cursor.token_details import token_details
 from byok.cursor.tools.base import ArgsStream, ToolDef, ToolOutcome
 from byok.cursor.tools.error_cards import unknown_tool_call
 from byok.cursor.tools.modes import ModeSwitch
+from byok.cursor.tools.subagent_tools import progress
 from byok.loop import emits as em
 from byok.loop.compaction import kept_tail, summary_count, summary_text
 from byok.loop.turn_values import (
@@ -77,6 +78,7 @@ from byok.model import events as ev
 from byok.model.messages import Message
 from byok.model.request import ModelRequest
 from byok.pb.agent import v1 as agent
+from byok.pb.agent.v1 import CommunicateUpdateTurnState
 from byok.run.context import RunContext
 from byok.run.crash import crash_point
 from byok.run.driver import Driver
@@ -396,7 +398,18 @@ class TurnEffects:
             summaries=summary_count(stable),
             todos=todos.blobs(todos.todos(stable)),
             plan=current_plan(stable),
+            progress=self._progress(stable, pending),
         )
+
+    def _progress(
+        self, stable: tuple[Message, ...], pending: list[Message]
+    ) -> tuple[str, CommunicateUpdateTurnState] | None:
+        """A subagent's progress for its parent's Task card (seeds 000 §33.2), from its history."""
+        parent_call = self.ctx.start.parent[1]
+        if not parent_call:
+            return None
+        state = progress((*stable, *pending))
+        return None if state is None else (parent_call, state)
 
     def _turn_of(self, steps: tuple[Step, ...]) -> TurnRecord:
         """The turn the run started from with this run's ``steps`` (each step hashed once; a

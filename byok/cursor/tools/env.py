@@ -22,6 +22,9 @@ class ToolEnv:
     # when it has no group.
     root_conversation_id: str = ""
     mode: str = "agent"
+    model_id: str = ""  # the run's model (a subagent that inherits runs on it)
+    # The run request's per-type subagent models (Task resolves its child's model with them).
+    subagent_model_overrides: tuple[agent.SubagentModelOverride, ...] = ()
     request_context: agent.RequestContext | None = None
     # The committed history when the round's calls were dispatched: folds such as the todo list
     # read it (the messages are the only source of truth, seeds 000 §24).

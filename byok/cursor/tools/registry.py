@@ -16,6 +16,7 @@ from byok.cursor.tools import (
     search_tools,
     server_work_tools,
     shell_tool,
+    subagent_tools,
     switch_mode_tool,
     todo_tool,
     web_fetch_tool,
@@ -39,6 +40,7 @@ MODULES: tuple[ModuleType, ...] = (
     switch_mode_tool,
     web_fetch_tool,
     server_work_tools,
+    subagent_tools,
 )
 
 
