@@ -57,6 +57,8 @@ EXPECTED_PARAMETERS = {
     "WebFetch": {"url"},
     "WebSearch": {"search_term", "explanation"},
     "GenerateImage": {"description", "file_path"},
+    "Task": {"description", "prompt", "subagent_type", "model", "resume", "run_in_background"},
+    "UpdateCurrentStep": {"current_step", "final_summary", "completed_subtitle"},
 }
 # Interaction tools by mode (seeds 000 §26.13; PROTOCOL §5's sets, CreatePlan only in plan mode).
 INTERACTIONS = {
@@ -149,19 +151,20 @@ def test_mode_tool_sets() -> None:
     catalog = load_tool_catalog(ROOT)
     names = {mode: [t.name for t in mode_tools(ROOT, mode, catalog)] for mode in REQUIRED_MODES}
     interactions = set().union(*INTERACTIONS.values())
-    everything = set(EXPECTED_PARAMETERS) - interactions
+    everything = set(EXPECTED_PARAMETERS) - interactions - {"UpdateCurrentStep"}
     assert set(names["agent"]) - INTERACTIONS["agent"] == everything
     assert set(names["debug"]) - INTERACTIONS["debug"] == everything
     # A tool added to the agent's manifest belongs in these two as well (docs/architecture.md).
     assert names["multitask"] == names["agent"], "prompt/modes/multitask/tools.json: the agent's tools"
     # Subagents write files and run commands (seeds 000 §32); they never ask the user, not even
-    # for an approval.
-    assert set(names["subagent"]) == set(names["agent"]) - interactions, (
-        "prompt/modes/subagent/tools.json: the agent's tools but the interactions"
+    # for an approval, and they report their progress to the parent's Task (seeds 000 §33).
+    assert set(names["subagent"]) == set(names["agent"]) - interactions | {"UpdateCurrentStep"}, (
+        "prompt/modes/subagent/tools.json: the agent's tools but the interactions, and UpdateCurrentStep"
     )
     assert names["compaction"] == []
     assert set(names["ask"]) - INTERACTIONS["ask"] == READ_ONLY | MCP | EVERY_MODE
-    assert set(names["plan"]) - INTERACTIONS["plan"] == READ_ONLY | {"Shell"} | MCP | EVERY_MODE
+    # Plan mode delegates research to subagents; ask mode does not (a subagent can write files).
+    assert set(names["plan"]) - INTERACTIONS["plan"] == READ_ONLY | {"Shell", "Task"} | MCP | EVERY_MODE
     for mode, offered in INTERACTIONS.items():
         assert offered <= set(names[mode]), mode
         assert not (interactions - offered) & set(names[mode]), mode
