@@ -8,11 +8,13 @@ retried; after: final), client dropping RunSSE (mid-run or just before the end f
 in the grace; or past the grace), KV ACK missing or failed, cancel at a random point, preemption
 by a second run of the conversation, tool rounds with late and repeated Exec results, a store
 that refuses every write from a random point of the run on (a full or read-only disk), a
-graceful restart of the daemon after a run, its shutdown in the middle of one, and the edit of
-an earlier user message. On top, any run may post every BidiAppend twice, post appends out of
-order (a heartbeat at seqno n+1 before the message at n), or post its run_request before
-opening RunSSE. The six conversations run on the three provider kinds (Chat, Responses,
-Anthropic: tests/support/fault_kinds.py), some turns with reasoning to replay.
+graceful restart of the daemon after a run, its shutdown in the middle of one, the edit of an
+earlier user message, and MCP calls that fail (the client's MCP state in error or thrown, a
+tool's error or rejection, a call the run's definition table does not know). On top, any run
+may post every BidiAppend twice, post appends out of order (a heartbeat at seqno n+1 before the
+message at n), or post its run_request before opening RunSSE. The six conversations run on the
+three provider kinds (Chat, Responses, Anthropic: tests/support/fault_kinds.py), some turns with
+reasoning to replay.
 
 Checked after every run, from SQLite (a second connection on the daemon's file) and from the
 FakeProvider's recorded requests (tests/support/fault_checks.py):
@@ -55,7 +57,9 @@ import trio
 
 from byok.config_load import load_config
 from byok.daemon import run_daemon
+from byok.devtools import sim_mcp
 from byok.devtools.cursor_sim import RUN_SSE, CursorSim
+from byok.devtools.sim_mcp import SimMcp
 from byok.http.connect_envelope import encode_frame
 from byok.pb.agent import v1 as agent
 from byok.pb.aiserver import v1 as aiserver
@@ -83,7 +87,7 @@ from tests.support.fault_harness import (
     run_request,
     text_script,
 )
-from tests.support.fault_kinds import MODELS, kind_of
+from tests.support.fault_kinds import MODELS, Kind, kind_of
 
 SEED = int(os.environ.get("BYOK_FAULT_SEED", "6061"))
 RUNS = int(os.environ.get("BYOK_FAULT_RUNS", "300"))
@@ -128,6 +132,7 @@ FAULTS = {
     "restart": 2,  # a turn, then a graceful restart: the next turns start from what the store kept
     "shutdown_mid_run": 2,  # the daemon stops while the run streams: it finishes in the grace or is cancelled
     "edit": 3,  # an earlier user message sent again (its message_id), new text: the history branches
+    "mcp_error": 3,  # an MCP state or tool call that fails: the call's error result, the run goes on
 }
 
 
@@ -314,6 +319,8 @@ async def run_plan(h: Harness, rng: random.Random, index: int) -> tuple[str, lis
             message_id, expect.edit_of = rng.choice(targets)
             h.edit_texts.add(text)
         await drive(h, client, conv, text, append_first=append_first, message_id=message_id)
+    elif fault == "mcp_error":
+        await mcp_error(h, client, rng, k, tag, answer, expect, conv, text, append_first)
     elif fault == "restart":
         p.enqueue(k.text(answer))
         await drive(h, client, conv, text, append_first=append_first)
@@ -339,6 +346,45 @@ async def run_plan(h: Harness, rng: random.Random, index: int) -> tuple[str, lis
     else:  # pragma: no cover
         raise AssertionError(fault)
     return fault, [expect]
+
+
+async def mcp_error(
+    h: Harness,
+    client: Client,
+    rng: random.Random,
+    k: Kind,
+    tag: str,
+    answer: list[str],
+    expect: Expect,
+    conv: str,
+    text: str,
+    append_first: bool,
+) -> None:
+    """An MCP call that fails one way or another: its error is the call's result and the turn
+    ends with the model's answer."""
+    client.mcp = mcp = SimMcp()
+    get, call = f"{tag}-get", f"{tag}-mcp"
+    add = json.dumps({"server": sim_mcp.SERVER, "toolName": "add_note", "arguments": {"text": tag}})
+    how = rng.choice(["state_error", "state_throw", "tool_error", "rejected", "unknown"])
+    p = h.provider
+    if how == "unknown":  # CallMcpTool with no GetMcpTools in this run: refused, no Exec
+        p.enqueue(k.tools([(call, "CallMcpTool", add)]), k.text(answer))
+        expect.tool_error = (call, "call GetMcpTools")
+    elif how in ("state_error", "state_throw"):
+        mcp.state = how.removeprefix("state_")
+        p.enqueue(k.tools([(get, "GetMcpTools", "{}")]), k.text(answer))
+        expect.tool_error = (get, "the MCP process crashed" if how == "state_error" else "not available")
+    else:
+        if how == "tool_error":
+            mcp.errors = {"add_note": f"{tag} locked"}
+        else:
+            mcp.rejected = frozenset({"add_note"})
+        listing = json.dumps({"server": sim_mcp.SERVER})
+        p.enqueue(
+            k.tools([(get, "GetMcpTools", listing)]), k.tools([(call, "CallMcpTool", add)]), k.text(answer)
+        )
+        expect.tool_error = (call, f"{tag} locked" if how == "tool_error" else "the user said no")
+    await drive(h, client, conv, text, append_first=append_first)
 
 
 # --- the loop ----------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from byok.config import Config
 from byok.daemon import run_daemon
 from byok.devtools.cursor_sim import RUN_SSE, CursorSim, frame_kind, user_turn
 from byok.devtools.exec_client import stream_close
+from byok.devtools.sim_mcp import SimMcp
 from byok.devtools.workspace_exec import WorkspaceExecutor
 from byok.http.connect_envelope import FrameDecoder, encode_frame
 from byok.model.messages import Message
@@ -101,6 +102,7 @@ class Client:
     lock: trio.Lock = attrs.Factory(trio.Lock)
     acked: set[bytes] = attrs.Factory(set)
     executor: WorkspaceExecutor | None = None  # its own: exec ids are numbered per request
+    mcp: SimMcp | None = None  # the MCP server its client hosts, if any
     conv: str = ""  # the conversation, set when the request is driven
     message_id: str = ""  # its user message's, set when the request is driven
     # The daemon may stop during this run: an append it can no longer take is not an error.
@@ -114,7 +116,7 @@ class Client:
 
     def workspace(self) -> WorkspaceExecutor:
         if self.executor is None:
-            self.executor = WorkspaceExecutor(self.h.root, shell_timeout_cap_s=2.0)
+            self.executor = WorkspaceExecutor(self.h.root, shell_timeout_cap_s=2.0, mcp=self.mcp)
         return self.executor
 
     async def _post(self, seqno: int, msg: agent.AgentClientMessage) -> None:
