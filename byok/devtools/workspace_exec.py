@@ -25,6 +25,7 @@ import trio
 
 from byok.devtools import workspace_files
 from byok.devtools.exec_client import PendingExec, Reply, exec_result, stream_close, throw
+from byok.devtools.sim_terminals import TerminalFiles
 from byok.devtools.workspace_fetch import fetch
 from byok.devtools.workspace_grep import grep
 from byok.devtools.workspace_shell import Shell, Shells
@@ -44,10 +45,19 @@ _ONE_SHOT: dict[str, tuple[str, Callable[[Path, Any], object]]] = {
 
 
 class WorkspaceExecutor:
-    def __init__(self, root: Path, *, shell_timeout_cap_s: float = 30.0, mcp: SimMcp | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        shell_timeout_cap_s: float = 30.0,
+        mcp: SimMcp | None = None,
+        terminals_folder: Path | None = None,
+    ) -> None:
         self.root = Path(root).resolve()
         self.mcp = mcp
-        self.shells = Shells(shell_timeout_cap_s)
+        # A backgrounded shell's output goes to a terminal file there, as Cursor's does.
+        terminals = None if terminals_folder is None else TerminalFiles(terminals_folder)
+        self.shells = Shells(shell_timeout_cap_s, terminals)
         self._pending: dict[int, PendingExec] = {}
 
     @property

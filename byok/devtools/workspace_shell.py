@@ -10,13 +10,18 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 import trio
 
 from byok.devtools.exec_client import PendingExec, Reply, exec_result, stream_close
 from byok.pb.agent import v1 as agent
+
+if TYPE_CHECKING:
+    from byok.devtools.sim_terminals import TerminalFiles
 
 Events = tuple[str, str]  # ("stdout" | "stderr", decoded text)
 
@@ -31,10 +36,18 @@ class Shell:
     process: trio.Process
     backgrounded: bool = False
     output: list[Events] = attrs.Factory(list)
+    printed: list[str] = attrs.Factory(list)  # everything it printed, in order (its terminal's text)
+    # Once backgrounded with a terminal file (devtools/sim_terminals.py): where new output goes.
+    on_output: Callable[[str], None] | None = None
+    pumps_open: int = 2
+    drained: trio.Event = attrs.Factory(trio.Event)  # both pipes reached EOF
 
     def emit(self, events: trio.MemorySendChannel[Events], kind: str, text: str) -> None:
         if not text:
             return
+        self.printed.append(text)
+        if self.backgrounded and self.on_output is not None:
+            self.on_output(text)
         try:
             if not self.backgrounded:
                 events.send_nowait((kind, text))
@@ -64,14 +77,18 @@ async def _pump(
         pass
     finally:
         events.close()
+        shell.pumps_open -= 1
+        if shell.pumps_open == 0:
+            shell.drained.set()
 
 
 class Shells:
     """The workspace's shell processes: every live one, foreground ones included, and the
     backgrounded ones by shell id."""
 
-    def __init__(self, timeout_cap_s: float) -> None:
+    def __init__(self, timeout_cap_s: float, terminals: TerminalFiles | None = None) -> None:
         self.timeout_cap_s = timeout_cap_s
+        self.terminals = terminals  # Cursor's terminal files for backgrounded shells, when kept
         self.background: dict[int, Shell] = {}  # shell_id -> backgrounded shell
         self._live: set[Shell] = set()
         self._next_shell_id = 1
@@ -189,6 +206,8 @@ class Shells:
         shell_id = self._next_shell_id
         self._next_shell_id += 1
         self.background[shell_id] = shell
+        if self.terminals is not None:
+            self.terminals.background(shell_id, shell)
         return agent.ShellStreamBackgrounded(
             shell_id=shell_id,
             command=shell.command,

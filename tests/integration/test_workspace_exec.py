@@ -13,6 +13,7 @@ import httpx
 import pytest
 import trio
 
+from byok.cursor.tools.terminal_file import TerminalTail
 from byok.devtools.cursor_sim import BIDI_APPEND, RUN_SSE, CursorSim, user_turn
 from byok.devtools.workspace_exec import WorkspaceExecutor
 from byok.http.connect_envelope import FLAG_END_STREAM, encode_frame
@@ -450,3 +451,32 @@ async def test_sim_forwards_abort_to_the_executor(ws: WorkspaceExecutor) -> None
         "exec_client_message",
         "exec_client_control_message",
     ]
+
+
+async def test_a_backgrounded_shell_writes_its_terminal_file(tmp_path: Path) -> None:
+    """As Cursor does: the output so far, the rest as it comes, then a footer with the exit code;
+    byok's AwaitShell reads exactly that format."""
+    root, folder = tmp_path / "ws", tmp_path / "terminals"
+    root.mkdir()
+    ex = WorkspaceExecutor(root, shell_timeout_cap_s=5.0, terminals_folder=folder)
+    try:
+        msgs = await run(
+            ex,
+            **shell(
+                "echo early; sleep 0.3; echo late >&2; exit 3",
+                timeout=100,
+                timeout_behavior=agent.TimeoutBehavior.BACKGROUND,
+            ),
+        )
+        bg = msgs[-2].exec_client_message.shell_stream.backgrounded
+        path = folder / f"{bg.shell_id}.txt"
+        assert path.read_text().startswith(f"---\npid: {bg.pid}\n")
+        with trio.fail_after(5):
+            while "exit_code" not in path.read_text():
+                await trio.sleep(0.05)
+        tail = TerminalTail(None)
+        tail.feed(path.read_bytes())
+        view = tail.view()
+        assert view.ended and view.exit_code == 3 and view.tail == "early\nlate\n"
+    finally:
+        await ex.aclose()
