@@ -63,6 +63,8 @@ class ExecRouter:
         self._on_note = on_note  # (call id, note): the run makes it a turn input
         self._calls: dict[str, tuple[Execution, str]] = {}  # call id -> (execution, model_call_id)
         self._working: set[str] = set()  # call ids whose server work is under way
+        self._shells: set[int] = set()  # exec ids of shell streams (the user may background them)
+        self._controls: dict[int, str] = {}  # exec id of a force_background_shell_args -> call id
 
     # --- dispatch -----------------------------------------------------------------------
     def begin(self, call_id: str, model_call_id: str, execution: Execution) -> None:
@@ -87,6 +89,8 @@ class ExecRouter:
                         del self._pending[old]
                         self._finished.add(old)
                 self._pending[exec_id] = (call_id, execution)
+                if msg.shell_stream_args is not None:
+                    self._shells.add(exec_id)
                 self._send(tool_frames.exec_request(msg))
             elif isinstance(action, SendQuery):
                 query_id = self._next_query
@@ -123,6 +127,9 @@ class ExecRouter:
 
     # --- client messages ------------------------------------------------------------------
     def on_exec_message(self, msg: agent.ExecClientMessage) -> None:
+        if msg.id in self._controls:
+            self._control_answered(msg.id, msg.force_background_shell_result)
+            return
         entry = self._pending.get(msg.id)
         if entry is None:
             self._stale("result", msg.id)
@@ -134,6 +141,15 @@ class ExecRouter:
         name, value = betterproto2.which_one_of(msg, "message")
         if name == "heartbeat" or value is None:
             return  # a heartbeat, or a control message with no variant: nothing to route
+        if value.id in self._controls:
+            if name == "throw":
+                log.warning(
+                    "request %s: the client could not move shell call %s to the background: %s",
+                    self._request_id,
+                    self._controls[value.id],
+                    value.error,
+                )
+            return
         entry = self._pending.get(value.id)
         if entry is None:
             if name == "throw" or value.id not in self._finished:
@@ -162,6 +178,32 @@ class ExecRouter:
         self._working.discard(call_id)
         execution = self._calls[call_id][0]
         self._perform(call_id, execution.on_work(result))  # type: ignore[attr-defined]
+
+    def force_background(self, call_id: str) -> bool:
+        """The user asked to move the running Shell ``call_id`` to the background
+        (``background_shell_action``): Cursor's own control for it goes out on an exec id of its
+        own; the shell's stream then ends ``backgrounded`` and finishes the call as usual. False
+        when the call is no running shell (it finished, or never was one) or was asked already."""
+        if call_id in self._controls.values():
+            return False
+        if not any(cid == call_id and eid in self._shells for eid, (cid, _) in self._pending.items()):
+            return False
+        exec_id = self._next_id
+        self._next_id += 1
+        self._controls[exec_id] = call_id
+        args = agent.ForceBackgroundShellArgs(tool_call_id=call_id)
+        msg = agent.ExecServerMessage(id=exec_id, exec_id=call_id, force_background_shell_args=args)
+        self._send(tool_frames.exec_request(msg))
+        return True
+
+    def _control_answered(self, exec_id: int, result: agent.ForceBackgroundShellResult | None) -> None:
+        if result is not None and result.status != agent.ForceBackgroundShellStatus.ACCEPTED:
+            log.info(
+                "request %s: shell call %s was not moved to the background (%s)",
+                self._request_id,
+                self._controls[exec_id],
+                result.status.name,
+            )
 
     def _stale(self, what: str, exec_id: int) -> None:
         log.info(

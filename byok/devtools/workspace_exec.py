@@ -9,7 +9,9 @@ Client message sequences (every ExecClientMessage carries the exec's id and exec
   read / write / delete / grep / diagnostics: one ``*_result``, then control ``stream_close``.
   fetch_args: the URL fetched over HTTP (workspace_fetch), one ``fetch_result``, ``stream_close``.
   shell_stream_args: ``start``, ``stdout``/``stderr`` as output arrives, then ``exit`` (or
-    ``backgrounded`` past the timeout with BACKGROUND), then ``stream_close``.
+    ``backgrounded`` past the timeout with BACKGROUND, or when the server forces it with
+    ``force_background_shell_args``, which is answered ACCEPTED or NOT_FOUND), then
+    ``stream_close``.
   MCP execs: answered by the pretend MCP server given as ``mcp`` (devtools/sim_mcp.py).
   anything else: control ``throw``.
 """
@@ -75,7 +77,20 @@ class WorkspaceExecutor:
                     await trio.sleep(delay)
                 pending.scope = None
             name, args = betterproto2.which_one_of(msg, "message")
-            if name == "shell_stream_args":
+            if name == "force_background_shell_args":
+                moved = self.shells.force_background(args.tool_call_id)
+                status = (
+                    agent.ForceBackgroundShellStatus.ACCEPTED
+                    if moved
+                    else agent.ForceBackgroundShellStatus.NOT_FOUND
+                )
+                await reply(
+                    exec_result(
+                        msg, force_background_shell_result=agent.ForceBackgroundShellResult(status=status)
+                    )
+                )
+                await reply(stream_close(msg.id))
+            elif name == "shell_stream_args":
                 cwd = self.resolve(args.working_directory)
                 await self.shells.run(msg, args, reply, pending, cwd=cwd, root=self.root)
             elif pending.aborted:

@@ -90,6 +90,8 @@ class Shells:
         self.timeout_cap_s = timeout_cap_s
         self.terminals = terminals  # Cursor's terminal files for backgrounded shells, when kept
         self.background: dict[int, Shell] = {}  # shell_id -> backgrounded shell
+        self._foreground: dict[str, trio.CancelScope] = {}  # tool call id -> a running exec's wait
+        self._forced: set[str] = set()  # tool call ids the user moved to the background
         self._live: set[Shell] = set()
         self._next_shell_id = 1
 
@@ -162,6 +164,7 @@ class Shells:
         try:
             with trio.CancelScope(deadline=trio.current_time() + timeout_s) as scope:
                 pending.scope = scope
+                self._foreground[msg.exec_id] = scope  # the user may move it to the background
                 if pending.aborted:
                     scope.cancel()
                 async for kind, text in receive:
@@ -170,14 +173,22 @@ class Shells:
                         await forward(kind, text)
                 await process.wait()
             pending.scope = None
+            self._foreground.pop(msg.exec_id, None)
+            forced = msg.exec_id in self._forced
+            self._forced.discard(msg.exec_id)
             exit_: agent.ShellStreamExit | None = agent.ShellStreamExit(cwd=str(cwd))
             if not scope.cancelled_caught:
                 exit_.code = _exit_code(process.returncode)
-            elif not pending.aborted and args.timeout_behavior == agent.TimeoutBehavior.BACKGROUND:
+            elif not pending.aborted and (
+                forced or args.timeout_behavior == agent.TimeoutBehavior.BACKGROUND
+            ):
                 shell.backgrounded = True  # from now on the pumps keep its output
                 for kind, text in _queued(receive):  # output from before the timeout is this exec's
                     await forward(kind, text)
-                await reply(event(backgrounded=self._register_background(shell)))
+                backgrounded = self._register_background(shell)
+                if forced:
+                    backgrounded.reason = agent.ShellBackgroundReason.USER_REQUEST
+                await reply(event(backgrounded=backgrounded))
                 exit_ = None
             else:
                 assert exit_ is not None
@@ -201,6 +212,16 @@ class Shells:
                 with trio.CancelScope(shield=True), trio.move_on_after(2):
                     await process.wait()
                 self._live.discard(shell)
+
+    def force_background(self, tool_call_id: str) -> bool:
+        """force_background_shell_args: move the running shell of this call to the background
+        now (its stream ends ``backgrounded``); False when no such shell is running."""
+        scope = self._foreground.get(tool_call_id)
+        if scope is None:
+            return False
+        self._forced.add(tool_call_id)
+        scope.cancel()
+        return True
 
     def _register_background(self, shell: Shell) -> agent.ShellStreamBackgrounded:
         shell_id = self._next_shell_id

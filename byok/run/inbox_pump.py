@@ -19,7 +19,8 @@ from byok.cursor.client_messages import (
     decode,
 )
 from byok.cursor.exec_router import ExecRouter
-from byok.loop.turn_values import Cancel
+from byok.cursor.live_actions import ForceBackground, Ignore, StopRun, live_action
+from byok.loop.turn_values import Cancel, Failed, Fault
 from byok.run.driver import Driver
 from byok.run.kv import KvLink
 from byok.run.slot import RunSlot
@@ -43,8 +44,16 @@ def route(msg: ClientMessage, slot: RunSlot, kv: KvLink, router: ExecRouter, dri
             router.on_control(m)
         case InteractionAnswer(response=r):
             router.on_interaction(r)
-        case ActionArrived(name=name):
-            log.warning("run %s: ignoring conversation action %s sent during the run", rid, name)
+        case ActionArrived(action=action):
+            match live_action(action):
+                case ForceBackground(call_id=call_id):
+                    if not router.force_background(call_id):
+                        log.info("run %s: shell call %s is not running: nothing to background", rid, call_id)
+                case StopRun(code=code, message=message):
+                    log.info("run %s: stopped by a conversation action: %s", rid, message)
+                    driver.submit(Fault(Failed(code, message)), derived=True)
+                case Ignore(why=why):
+                    log.warning("run %s: ignoring %s", rid, why)
         case CancelRequested():
             log.info("run %s: cancelled by client", rid)
             driver.submit(Cancel(), derived=True)
