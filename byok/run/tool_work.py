@@ -1,6 +1,7 @@
 """Server work for tools (``StartWork``): a web search or an image, done with the backend the
-config names (config_tools.py), always ending in a result value, never an exception: a backend
-that fails is a ``WorkFailed`` the model reads, and the run goes on.
+config names (config_tools.py), or AwaitShell's wait on a terminal file (run/terminal_wait.py);
+always ending in a result value, never an exception: a backend that fails is a ``WorkFailed``
+the model reads, and the run goes on.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import httpx
 
 from byok.config import Config, ConfigError
 from byok.config_tools import ImagesConfig, SearchConfig
+from byok.cursor.tools.await_shell import TerminalWait
 from byok.cursor.tools.work import (
     ImageMade,
     ImageWork,
@@ -26,6 +28,7 @@ from byok.cursor.tools.work import (
     WorkFailed,
     WorkResult,
 )
+from byok.run.terminal_wait import wait_for_terminal
 
 log = logging.getLogger("byok.tools")
 
@@ -34,6 +37,8 @@ _ERROR_EXCERPT = 300  # characters of a backend's error body shown to the model
 
 
 async def perform(work: Work, config: Config, http: httpx.AsyncClient) -> WorkResult:
+    if isinstance(work, TerminalWait):  # AwaitShell: a local file, waited on (run/terminal_wait.py)
+        return await wait_for_terminal(work)
     try:
         if isinstance(work, SearchWork):
             if config.search is None:

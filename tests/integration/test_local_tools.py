@@ -5,11 +5,13 @@ path on a real .ipynb) and AwaitShell (a backgrounded shell's terminal file, rea
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import attrs
 import pytest
+import trio
 
 from byok.devtools.cursor_sim import CursorSim, Transcript, user_turn
 from byok.devtools.workspace_exec import WorkspaceExecutor
@@ -206,3 +208,78 @@ async def test_edit_notebook_edits_a_cell_and_inserts_one_in_a_real_notebook(env
     assert path.read_text() == before
     error = completed(tr2)["call_bad"].edit_tool_call.result.error
     assert "has no cell 5" in error.error
+
+
+def with_terminals(request: agent.AgentRunRequest, folder: Path) -> agent.AgentRunRequest:
+    """The run request as Cursor sends it: the request context names the terminals folder."""
+    assert request.action is not None and request.action.user_message_action is not None
+    env = agent.RequestContextEnv(terminals_folder=str(folder))
+    request.action.user_message_action.request_context = agent.RequestContext(env=env)
+    return request
+
+
+@pytest.fixture
+async def term_env(daemon: Daemon, tmp_path: Path) -> AsyncIterator[tuple[Env, Path]]:
+    root, folder = tmp_path / "ws", tmp_path / "terminals"
+    root.mkdir()
+    executor = WorkspaceExecutor(root, shell_timeout_cap_s=30.0, terminals_folder=folder)
+    sim = CursorSim(daemon.base_url, daemon.client, executor=executor)
+    yield Env(daemon, sim, root, executor), folder
+    await executor.aclose()
+
+
+async def test_await_shell_waits_for_a_pattern_in_a_backgrounded_shells_terminal_file(
+    term_env: tuple[Env, Path],
+) -> None:
+    env, folder = term_env
+    serve = json.dumps(
+        {
+            "command": "echo booting; sleep 1; echo 'server ready on 8123'; sleep 20",
+            "block_until_ms": 100,
+        }
+    )
+    wait = json.dumps({"shell_id": "1", "pattern": r"ready on \d+", "block_until_ms": 15000})
+    env.daemon.provider.enqueue(
+        chat_tool_script([("call_s", "Shell", serve)]),
+        chat_tool_script([("call_w", "AwaitShell", wait)]),
+        chat_text_script(["the server is up"]),
+    )
+    request = with_terminals(turn("start the server", "conv-await", "m-await"), folder)
+    started = time.monotonic()
+    with trio.fail_after(15):
+        tr = await env.sim.run("req-await", request)
+    assert time.monotonic() - started < 10  # the pattern ended the wait, not its 15 s
+    assert tr.end_stream == {}
+    assert [e.kind for e in tr.execs] == ["shell_stream_args"]  # AwaitShell reads the file itself
+    shell = completed(tr)["call_s"].shell_tool_call
+    assert shell.result.is_background and shell.result.success.shell_id == 1
+    card = completed(tr)["call_w"].await_tool_call
+    assert card.args.task_id == "1" and card.args.regex == r"ready on \d+"
+    running = card.result.success.still_running
+    assert running.regex_match == "ready on 8123" and running.output_file_path == str(folder / "1.txt")
+    assert started_card(tr, "call_w").await_tool_call.result is None
+    text = tool_results(env.daemon, 2)["call_w"]
+    assert "still running" in text and "matched: 'ready on 8123'" in text and "booting" in text
+
+
+async def test_await_shell_reports_the_exit_code_once_the_command_ends(term_env: tuple[Env, Path]) -> None:
+    env, folder = term_env
+    job = json.dumps({"command": "echo working; sleep 0.5; echo finished; exit 4", "block_until_ms": 100})
+    wait = json.dumps({"shell_id": 1, "block_until_ms": 15000})
+    env.daemon.provider.enqueue(
+        chat_tool_script([("call_s", "Shell", job)]),
+        chat_tool_script([("call_w", "AwaitShell", wait)]),
+        chat_text_script(["done"]),
+    )
+    request = with_terminals(turn("run the job", "conv-await-2", "m-await-2"), folder)
+    with trio.fail_after(15):
+        tr = await env.sim.run("req-await-2", request)
+    assert tr.end_stream == {}
+    complete = completed(tr)["call_w"].await_tool_call.result.success.complete
+    assert complete.exit_code == 4 and complete.task_id == "1"
+    text = tool_results(env.daemon, 2)["call_w"]
+    assert "finished with exit code 4" in text and "working\nfinished" in text
+
+
+def started_card(tr: Transcript, call_id: str) -> agent.ToolCall:
+    return started(tr)[call_id]

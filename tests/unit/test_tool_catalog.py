@@ -43,6 +43,7 @@ EXPECTED_PARAMETERS = {
     "CallMcpTool": {"server", "toolName", "arguments"},
     "FetchMcpResource": {"server", "uri", "downloadPath"},
     "TodoWrite": {"todos", "merge"},
+    "AwaitShell": {"shell_id", "block_until_ms", "pattern"},
     "EditNotebook": {
         "target_notebook",
         "cell_idx",
@@ -164,7 +165,8 @@ def test_mode_tool_sets() -> None:
     assert names["compaction"] == []
     assert set(names["ask"]) - INTERACTIONS["ask"] == READ_ONLY | MCP | EVERY_MODE
     # Plan mode delegates research to subagents; ask mode does not (a subagent can write files).
-    assert set(names["plan"]) - INTERACTIONS["plan"] == READ_ONLY | {"Shell", "Task"} | MCP | EVERY_MODE
+    shells = {"Shell", "AwaitShell"}
+    assert set(names["plan"]) - INTERACTIONS["plan"] == READ_ONLY | shells | {"Task"} | MCP | EVERY_MODE
     for mode, offered in INTERACTIONS.items():
         assert offered <= set(names[mode]), mode
         assert not (interactions - offered) & set(names[mode]), mode

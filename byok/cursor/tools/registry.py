@@ -6,6 +6,7 @@ from types import ModuleType
 
 from byok.cursor.tools import (
     ask_question_tool,
+    await_shell,
     delete_tool,
     edit_tools,
     mcp_tools,
@@ -32,6 +33,7 @@ MODULES: tuple[ModuleType, ...] = (
     search_tools,
     edit_tools,
     shell_tool,
+    await_shell,
     mcp_tools,
     todo_tool,
     notebook_tool,

@@ -11,6 +11,8 @@ from typing import Any
 
 import attrs
 
+from byok.cursor.tools.await_shell import TerminalWait, TerminalWaited
+
 # Backend name -> what it does, as the user reads it.
 BACKENDS = {"search": "web search", "images": "image generation"}
 
@@ -33,7 +35,7 @@ class ImageWork:
     prompt: str
 
 
-Work = SearchWork | ImageWork
+Work = SearchWork | ImageWork | TerminalWait  # AwaitShell's: cursor/tools/await_shell.py
 
 
 @attrs.frozen
@@ -60,7 +62,7 @@ class WorkFailed:
     message: str  # for the model: what failed, in one line
 
 
-WorkResult = SearchResults | ImageMade | WorkFailed
+WorkResult = SearchResults | ImageMade | WorkFailed | TerminalWaited
 
 
 def encode_result(result: WorkResult) -> dict[str, Any]:
@@ -71,6 +73,8 @@ def encode_result(result: WorkResult) -> dict[str, Any]:
             return {"image": result.image_b64, "mime": result.mime, "revised": result.revised_prompt}
         case WorkFailed(message=message):
             return {"failed": message}
+        case TerminalWaited():
+            return {"terminal": attrs.asdict(result)}
     raise TypeError(f"not a work result: {result!r}")
 
 
@@ -81,4 +85,6 @@ def decode_result(obj: dict[str, Any]) -> WorkResult:
         return ImageMade(str(obj["image"]), str(obj.get("mime", "image/png")), str(obj.get("revised", "")))
     if "failed" in obj:
         return WorkFailed(str(obj["failed"]))
+    if "terminal" in obj:
+        return TerminalWaited(**obj["terminal"])
     raise ValueError(f"not a work result: {obj!r}")
