@@ -9,6 +9,7 @@ from collections.abc import Mapping
 import attrs
 
 from byok.config import ModelConfig, ProviderConfig
+from byok.console.catalog import AliasConfig, Target
 from byok.cursor.checkpoint import TurnRecord
 from byok.cursor.exec_router import ExecRouter
 from byok.cursor.prompting import ModeAssets
@@ -53,3 +54,7 @@ class RunContext:
     # (cursor/tools/mcp_dynamic.py); ``dynamic`` is what a mode switch offers again.
     registry: Mapping[str, ToolDef] = attrs.Factory(dict)
     dynamic: DynamicTools = attrs.Factory(DynamicTools)
+    # The alias Cursor picked (None for a model) and what it runs on, in order (run/failover.py):
+    # ``model`` and ``provider`` are the target being called.
+    alias: AliasConfig | None = None
+    targets: tuple[Target, ...] = ()

@@ -15,6 +15,7 @@ from byok.cursor.prompting import ModeAssets
 from byok.cursor.tools.base import ToolDef
 from byok.model.request import ToolSpec
 from byok.run.call_log import CallLog
+from byok.run.failover import Cooldowns
 from byok.run.stored_render import StoredRenders
 from byok.run.upkeep import RunActivity
 from byok.store import AsyncStore
@@ -56,3 +57,5 @@ class RunDeps:
     renders: StoredRenders = attrs.Factory(StoredRenders)  # saved at the caches' release, shutdown
     # The providers and models runs use: the config file's and the console's (console/catalog.py).
     catalog: Catalog = attrs.Factory(lambda self: Catalog(self.config), takes_self=True)
+    # Which alias targets failed lately (run/failover.py), shared by every run.
+    cooldowns: Cooldowns = attrs.Factory(Cooldowns)

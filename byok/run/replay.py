@@ -96,20 +96,35 @@ class ReplayEffects(TurnEffects):
         self.compaction = compaction  # the compaction call's instruction
         self.requests: list[bytes] = []
         self._committing: Commit | None = None
+        self._calling: CallModel | None = None
+
+    def retarget(self, line: dict[str, Any]) -> None:
+        """An alias's call moved to its next model before any output: the same call again,
+        rendered for that model (run/failover.py)."""
+        self.kind = line["provider_kind"]
+        self.template = attrs.evolve(self.template, settings=_settings(line["settings"]))
+        self.ctx.model = _Model(line["context_tokens"])  # type: ignore[assignment]
+        if self._calling is None:
+            raise ReplayError("the log moves to another target with no call under way")
+        self._render(self._calling)
 
     def _spawn(self, work: Callable[[Command], Awaitable[Input | None]], command: Command) -> None:
         if isinstance(command, CallModel):
-            c = self.ctx  # its mode's prompt and tools: a SwitchMode may have changed them
-            messages = c.head.messages
-            if command.compact:
-                summarized = messages[: kept_tail(messages)]
-                messages = (*summarized, Message(role="user", origin="runtime", text=self.compaction))
-            request = attrs.evolve(
-                self.template, system=c.assets.system, tools=c.tool_specs, history=project(messages)
-            )
-            self.requests.append(adapter_for(self.kind).render(request).body)
+            self._calling = command
+            self._render(command)
         elif isinstance(command, Commit):
             self._committing = command
+
+    def _render(self, command: CallModel) -> None:
+        c = self.ctx  # its mode's prompt and tools: a SwitchMode may have changed them
+        messages = c.head.messages
+        if command.compact:
+            summarized = messages[: kept_tail(messages)]
+            messages = (*summarized, Message(role="user", origin="runtime", text=self.compaction))
+        request = attrs.evolve(
+            self.template, system=c.assets.system, tools=c.tool_specs, history=project(messages)
+        )
+        self.requests.append(adapter_for(self.kind).render(request).body)
 
     def land_commit(self) -> None:
         commit, self._committing = self._committing, None
@@ -217,8 +232,17 @@ def _world(start: dict[str, Any], modes: list[dict[str, Any]]) -> tuple[ReplayEf
         registry=registry,
         dynamic=dynamic,
     )
-    s = start["settings"]
-    settings = ModelSettings(
+    settings = _settings(start["settings"])
+    template = ModelRequest(system=start["system"], tools=tools, history=(), settings=settings)
+    effects = ReplayEffects(ctx, start["provider_kind"], template, start.get("compaction", ""))
+    driver = Driver(effects)
+    effects.driver = driver
+    driver_box.append(driver)
+    return effects, driver, sink
+
+
+def _settings(s: dict[str, Any]) -> ModelSettings:
+    return ModelSettings(
         upstream_model=s["upstream_model"],
         max_output_tokens=s["max_output_tokens"],
         replay_reasoning_on_tool_turns=s["replay_reasoning_on_tool_turns"],
@@ -227,12 +251,6 @@ def _world(start: dict[str, Any], modes: list[dict[str, Any]]) -> tuple[ReplayEf
         eager_input_streaming=s["eager_input_streaming"],
         cache_key=s["cache_key"],
     )
-    template = ModelRequest(system=start["system"], tools=tools, history=(), settings=settings)
-    effects = ReplayEffects(ctx, start["provider_kind"], template, start.get("compaction", ""))
-    driver = Driver(effects)
-    effects.driver = driver
-    driver_box.append(driver)
-    return effects, driver, sink
 
 
 def replay(lines: Iterable[dict[str, Any]]) -> ReplayResult:
@@ -257,6 +275,8 @@ def replay(lines: Iterable[dict[str, Any]]) -> ReplayResult:
             effects.ctx.router.work_done(obj["call_id"], decode_result(obj["result"]))
         elif kind == "mode":
             pass  # read before the replay began
+        elif kind == "target":
+            effects.retarget(obj)
         elif kind == "end":
             live = obj
             break

@@ -9,8 +9,9 @@ came from outside the machine (``loop/input_codec.py``) and every client message
 the run went on after letting the stream writer through (what other tasks did meanwhile comes
 before it), a ``reattach`` when a RunSSE came back, ``work`` (a tool's server work finished,
 with its result), ``mode`` (the run switched modes: the new mode's prompt and tools; a replay
-reads these first), and ``end``: how many frames the run sent and their SHA-256, each provider
-request's SHA-256 and the outcome, which a replay must reproduce.
+reads these first), ``target`` (an alias's call moved to its next model before any output: the
+call is made again with that model's settings), and ``end``: how many frames the run sent and
+their SHA-256, each provider request's SHA-256 and the outcome, which a replay must reproduce.
 
 Kept only with ``[logging] record_runs = true`` (tests always record).
 """
@@ -59,13 +60,11 @@ class FrameDigest:
         return self._sha.hexdigest()
 
 
-def start_line(ctx: RunContext, kv_next_id: int) -> dict[str, Any]:
-    c = ctx
+def target_fields(c: RunContext) -> dict[str, Any]:
+    """What a provider request takes from the run's model and provider (an alias's failover
+    changes them: a ``target`` line)."""
     settings = model_settings(c.model, c.provider, c.start.conversation_id)
-    head = c.head
     return {
-        "k": "start",
-        "run": encode_start(c.start),
         "provider_kind": c.provider.kind,
         "settings": {
             "upstream_model": settings.upstream_model,
@@ -77,6 +76,16 @@ def start_line(ctx: RunContext, kv_next_id: int) -> dict[str, Any]:
             "cache_key": settings.cache_key,
         },
         "context_tokens": c.model.context_tokens,
+    }
+
+
+def start_line(ctx: RunContext, kv_next_id: int) -> dict[str, Any]:
+    c = ctx
+    head = c.head
+    return {
+        "k": "start",
+        "run": encode_start(c.start),
+        **target_fields(c),
         "mode": c.mode,
         "backends": sorted(c.tool_env.backends),
         "system": c.assets.system,
@@ -148,6 +157,11 @@ class RunLog:
     def mode(self, mode: str, system: str, tools: tuple[ToolSpec, ...]) -> None:
         """The run switched to ``mode``: what its model calls and checkpoints use from then on."""
         self._line({"k": "mode", "mode": mode, "system": system, "tools": spec_rows(tools)})
+
+    def target(self, ctx: RunContext) -> None:
+        """An alias's call moved to its next target before any output (run/failover.py): the
+        same call is made again with this model's settings (a replay renders it again)."""
+        self._line({"k": "target", **target_fields(ctx)})
 
     def reattach(self) -> None:
         self._line({"k": "reattach"})

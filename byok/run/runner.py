@@ -57,6 +57,9 @@ class Run:
         # from the next run on, never in the middle of one.
         targets = deps.catalog.targets(start.model_id)
         assert targets, "the run service checks the model before starting a run"
+        alias = deps.catalog.alias(start.model_id)
+        if alias is not None:  # the first target not cooling down (run/failover.py)
+            targets = deps.cooldowns.order(targets, trio.current_time())
         model, provider = targets[0].model, targets[0].provider
         mode = start.mode_dir
         registry, dynamic = run_tools(start, deps.tools.registry)
@@ -97,6 +100,8 @@ class Run:
             agent_mode=start.mode,
             registry=registry,
             dynamic=dynamic,
+            alias=alias,
+            targets=targets,
         )
         slot.on_reattach = self._resend_after_reconnect
         # "mine": the start point's first store trip wrote the run's row; "foreign": an earlier
@@ -115,6 +120,7 @@ class Run:
         self.driver.record = log.input
         self.driver.on_flushed = log.flushed
         self.effects.on_request = log.request
+        self.effects.on_retarget = lambda: log.target(self.ctx)
         c.slot.tap = log.frames.add
 
     def _tool_done(self, call_id: str, outcome: ToolOutcome) -> None:

@@ -82,6 +82,7 @@ from byok.pb.agent.v1 import CommunicateUpdateTurnState
 from byok.run.context import RunContext
 from byok.run.crash import crash_point
 from byok.run.driver import Driver
+from byok.run.failover import OutputWatch, call_alias
 from byok.run.kv import KvFailure
 from byok.run.provider_call import model_settings, run_call_context, stream_model
 from byok.run.start_point import changed_under_run
@@ -103,6 +104,7 @@ class TurnEffects:
         self._gate = trio.Event()  # the last settled checkpoint's frame is queued (a gated call waits)
         self._streams: dict[str, ArgsStream] = {}  # call id -> its live arguments view
         self.on_request: Callable[[bytes], None] | None = None  # each provider request's body (a run's log)
+        self.on_retarget: Callable[[], None] | None = None  # an alias moved to its next target (the log)
 
     # --- the driver's side ---------------------------------------------------------------
     def perform(self, command: Command) -> None:
@@ -203,9 +205,18 @@ class TurnEffects:
     # --- the provider ----------------------------------------------------------------------------
     async def _call_model(self, command: Command) -> Input | None:
         assert isinstance(command, CallModel) and self.driver is not None
-        driver, c = self.driver, self.ctx
         gate = self._gate if command.gated else None  # Publish(settled) made it, just before
         crash_point("provider_call_planned")
+        if self.ctx.alias is not None:  # its targets in order, before any output (run/failover.py)
+            return await call_alias(self.ctx, lambda w: self._call_once(command, gate, w), self.on_retarget)
+        return await self._call_once(command, gate)
+
+    async def _call_once(
+        self, command: CallModel, gate: trio.Event | None, watch: OutputWatch | None = None
+    ) -> Input | None:
+        """One provider call on the run's current model; ``watch`` hears of its first events."""
+        assert self.driver is not None
+        driver, c = self.driver, self.ctx
         try:
             api_key = c.provider.api_key()
         except ConfigError as e:  # api_key_env unset where the daemon runs (a service's own env)
@@ -232,6 +243,7 @@ class TurnEffects:
             model=c.model,
             api_key=api_key,
             deps=c.deps,
+            alias_id=None if c.alias is None else c.alias.id,
         )
         first = c.head.messages[0] if c.head.messages else None
         summary = first.event_id if first is not None and first.origin == "summary" else ""
@@ -241,6 +253,8 @@ class TurnEffects:
             call = attrs.evolve(call, new_prefix=bool(summary))
 
         async def on_events(events: list[ev.ModelEvent]) -> None:
+            if watch is not None:
+                watch.output()
             if gate is not None:
                 await gate.wait()
             now = trio.current_time()
