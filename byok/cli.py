@@ -167,6 +167,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long each provider check may take (default 20)",
     )
     doc.set_defaults(func=_lazy("doctor", "cmd_doctor"))
+    svc = sub.add_parser("service", help="byok as your own service, started at login (systemd, launchd)")
+    svc_sub = svc.add_subparsers(dest="service_command", required=True, metavar="COMMAND")
+    si = svc_sub.add_parser(
+        "install", help="write the systemd user unit (Linux) or launchd agent (macOS) and start it"
+    )
+    _config_flags(si, listen=False)
+    _env_file_flag(si)
+    si.add_argument("--user", action="store_true", help="for your user alone (the default and only kind)")
+    si.add_argument(
+        "--no-start", action="store_true", help="write the files only; print the commands that start it"
+    )
+    si.set_defaults(func=_lazy("service", "cmd_service_install"))
+    su = svc_sub.add_parser(
+        "uninstall", help="stop the service and remove its file (config, keys, data stay)"
+    )
+    su.add_argument("--user", action="store_true", help="for your user alone (the default and only kind)")
+    su.add_argument(
+        "--no-stop", action="store_true", help="remove the file only; leave a running service alone"
+    )
+    su.set_defaults(func=_lazy("service", "cmd_service_uninstall"))
     cc = sub.add_parser("cursor-command", help="print the command that starts Cursor with byok as backend")
     _config_flags(cc)
     cc.set_defaults(func=cmd_cursor_command)

@@ -61,6 +61,11 @@ class StartupError(Exception):
     """The daemon could not start; the message says what to fix (`byok serve` prints it)."""
 
 
+class ConfigStartupError(StartupError):
+    """The config asks for what cannot work: a restart fails the same way until it is fixed
+    (`byok serve` exits 2, which the systemd unit does not restart)."""
+
+
 @contextlib.contextmanager
 def _starting(what: str) -> Iterator[None]:
     """The OS's or the store's refusal while starting ``what`` (alone, or all a task group
@@ -80,18 +85,18 @@ def _lan_credential(config: Config) -> lan.Credential | None:
     docs/lan.md), before anything is opened or created; the credential, read and checked."""
     reason = lan.refusal(config)
     if reason is not None:
-        raise StartupError(reason)
+        raise ConfigStartupError(reason)
     try:
         return lan.credential(config)
     except lan.LanError as e:
-        raise StartupError(str(e)) from None
+        raise ConfigStartupError(str(e)) from None
 
 
 def _listener_tls(config: Config, *, alpn: tuple[str, ...] = ("h2", "http/1.1")) -> ssl.SSLContext | None:
     try:
         return lan.listener_tls(config, alpn=alpn)
     except lan.LanError as e:
-        raise StartupError(str(e)) from None
+        raise ConfigStartupError(str(e)) from None
 
 
 def _lock_data_dir(config: Config) -> DataDirLock:

@@ -100,7 +100,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                     stop()
                     stop = None
 
-    from byok.daemon import StartupError
+    from byok.daemon import ConfigStartupError, StartupError
 
     try:
         trio.run(main)
@@ -111,7 +111,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if startup is None:
             raise
         print(f"byok: {startup}", file=sys.stderr)
-        return EXIT_STARTUP
+        return EXIT_CONFIG if isinstance(startup, ConfigStartupError) else EXIT_STARTUP
     return 0
 
 

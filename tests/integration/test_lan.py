@@ -97,7 +97,7 @@ async def test_a_bad_credential_refuses(
 def test_serve_says_what_lan_mode_lacks_in_one_line(tmp_path: Path) -> None:
     cfg = lan_config(tmp_path, host="127.0.0.1", server=TLS)
     result = byok("serve", "--config", str(cfg), "--host", "0.0.0.0", "--port", "0")
-    assert result.returncode == 1, result.stderr
+    assert result.returncode == 2, result.stderr  # a config error: the systemd unit does not restart it
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("byok: refusing to listen on '0.0.0.0': ") and "a credential" in last
     assert "Traceback" not in result.stderr
