@@ -21,9 +21,9 @@ def before_each_write(monkeypatch: pytest.MonkeyPatch, hook: Callable[[sqlite3.C
     ``page_count`` makes any write that needs a new page fail as on a full one (SQLITE_FULL)."""
     original = SQLiteStore._transaction
 
-    def transaction(store: SQLiteStore, *, write: bool) -> Any:
+    def transaction(store: SQLiteStore, *, write: bool, **options: Any) -> Any:
         if write and store._conn is not None:
             hook(store._conn)
-        return original(store, write=write)
+        return original(store, write=write, **options)
 
     monkeypatch.setattr(SQLiteStore, "_transaction", transaction)
