@@ -132,6 +132,12 @@ def _warn_about_keys(config: Config) -> None:
         except ConfigError as e:
             # A service does not see the shell's environment: say so now, not at the first turn.
             log.warning("%s (runs on provider %r fail until it is set)", e, provider.id)
+    for tool, backend in (("WebSearch", config.search), ("GenerateImage", config.images)):
+        try:
+            if backend is not None:
+                backend.key.value()
+        except ConfigError as e:
+            log.warning("%s (%s calls fail until it is set)", e, tool)
     _warn_if_others_read_secrets(config)
 
 
