@@ -33,7 +33,7 @@ from byok.cursor.tools.work import decode_result
 from byok.loop.compaction import kept_tail
 from byok.loop.input_codec import decode_input
 from byok.loop.model_call import ModelProtocolError
-from byok.loop.turn_values import CallModel, Command, Commit, Committed, Input, Outcome
+from byok.loop.turn_values import CallModel, Cancel, Command, Commit, Committed, Input, Outcome
 from byok.model.messages import Message
 from byok.model.projection import project
 from byok.model.request import ModelRequest, ModelSettings, ToolSpec
@@ -282,6 +282,11 @@ def replay(lines: Iterable[dict[str, Any]]) -> ReplayResult:
             break
         else:
             inp = decode_input(obj)
+            if isinstance(inp, Cancel):
+                # Only a cancel from outside (preemption, the grace, shutdown) is logged: the live
+                # run's end_now, which ends it even while it waits at a Flush.
+                driver.end_now(inp)
+                continue
             if isinstance(inp, Committed):
                 effects.land_commit()
             # A bad event: the live provider task failed its call on it; model_failed follows.

@@ -9,12 +9,12 @@ in the grace; or past the grace), KV ACK missing or failed, cancel at a random p
 by a second run of the conversation, tool rounds with late and repeated Exec results, a store
 that refuses every write from a random point of the run on (a full or read-only disk), a
 graceful restart of the daemon after a run, its shutdown in the middle of one, the edit of an
-earlier user message, and MCP calls that fail (the client's MCP state in error or thrown, a
-tool's error or rejection, a call the run's definition table does not know). On top, any run
-may post every BidiAppend twice, post appends out of order (a heartbeat at seqno n+1 before the
-message at n), or post its run_request before opening RunSSE. The six conversations run on the
-three provider kinds (Chat, Responses, Anthropic: tests/support/fault_kinds.py), some turns with
-reasoning to replay.
+earlier user message, MCP calls that fail (the client's MCP state in error or thrown, a tool's
+error or rejection, a call the run's definition table does not know), and interaction queries
+answered late or twice and approvals rejected. On top, any run may post every BidiAppend twice,
+post appends out of order (a heartbeat at seqno n+1 before the message at n), or post its
+run_request before opening RunSSE. The six conversations run on the three provider kinds (Chat,
+Responses, Anthropic: tests/support/fault_kinds.py), some turns with reasoning to replay.
 
 Checked after every run, from SQLite (a second connection on the daemon's file) and from the
 FakeProvider's recorded requests (tests/support/fault_checks.py):
@@ -87,6 +87,7 @@ from tests.support.fault_harness import (
     run_request,
     text_script,
 )
+from tests.support.fault_interactions import interaction_plan
 from tests.support.fault_kinds import MODELS, Kind, kind_of
 
 SEED = int(os.environ.get("BYOK_FAULT_SEED", "6061"))
@@ -133,6 +134,7 @@ FAULTS = {
     "shutdown_mid_run": 2,  # the daemon stops while the run streams: it finishes in the grace or is cancelled
     "edit": 3,  # an earlier user message sent again (its message_id), new text: the history branches
     "mcp_error": 3,  # an MCP state or tool call that fails: the call's error result, the run goes on
+    "interaction": 4,  # AskQuestion answered (maybe late, maybe twice), a WebFetch or SwitchMode rejected
 }
 
 
@@ -310,6 +312,11 @@ async def run_plan(h: Harness, rng: random.Random, index: int) -> tuple[str, lis
             n.start_soon(lambda: drive(h, first, conv, f"{text} (first)", append_first=False))
             n.start_soon(second)
         return fault, [Expect(first, frozenset({"canceled", OK}), conv, None), expect]
+    elif fault == "interaction":
+        calls, client.asking, holds = interaction_plan(rng, tag)
+        p.enqueue(k.tools(calls), k.text(answer, think=think))
+        expect.tool_error = (calls[0][0], holds)
+        await drive(h, client, conv, text, append_first=append_first)
     elif fault == "edit":
         held = {m.event_id for m in h.heads.get(conv, ())}
         targets = [(mid, rid) for mid, rid in h.sent.get(conv, []) if f"run-request:{rid}" in held]

@@ -173,3 +173,20 @@ async def test_a_changed_log_does_not_replay_and_byok_replay_says_so(daemon: Dae
         [sys.executable, "-m", "byok", "replay", str(changed)], capture_output=True, text=True
     )
     assert bad.returncode == 1 and "differs from the live run: frames" in bad.stdout
+
+
+async def test_a_cancel_from_outside_while_the_first_output_flushes_replays(daemon: Daemon) -> None:
+    """A preemption's cancel can land while the run waits for its first output to be flushed
+    (the fault loop found it): the live run ends at once (end_now), and so must its replay,
+    which is paused at that Flush until the log says the run went on."""
+    daemon.provider.enqueue(chat_text_script(["Hel", "lo"]))
+    tr = await daemon.sim.run("req-flush-cancel", turn("hello", "m1"))
+    assert tr.end_stream == {}
+    await replayed(daemon, "req-flush-cancel")  # the log is complete
+    lines = read_log(run_log_path(daemon.data_dir, "req-flush-cancel"))
+    first_output = next(
+        i for i, line in enumerate(lines) if line["k"] == "model" and any(e[0] == "t" for e in line["e"])
+    )
+    result = replay([*lines[: first_output + 1], {"k": "cancel"}])
+    assert result.outcome == Canceled()
+    assert kind_of(result.frames[-1]) == "interaction_update.text_delta"

@@ -32,6 +32,7 @@ from tests.support.fake_provider import (
     Script,
     chat_text_script,
 )
+from tests.support.fault_interactions import Asking
 from tests.support.fault_kinds import kind_of
 from tests.support.store_faults import before_each_write
 
@@ -91,6 +92,7 @@ class Client:
     kv: str = "ack"  # "ack" | "missing" | "fail"
     exec_delay: float = 0.0
     late_duplicates: bool = False
+    asking: Asking | None = None  # how its InteractionQueries are answered (None: never)
     seq: int = 0
     terminals: list[dict[str, Any]] = attrs.Factory(list)
     kinds: list[str] = attrs.Factory(list)
@@ -216,6 +218,8 @@ class Client:
             await self._kv(kv)
         if (ex := msg.exec_server_message) is not None:
             execs.start_soon(self._exec, ex)
+        if (query := msg.interaction_query) is not None and self.asking is not None:
+            execs.start_soon(self.asking.answer, query, self.send)
         control = msg.exec_server_control_message
         if control is not None and control.abort is not None:
             self.workspace().abort(control.abort.id)
