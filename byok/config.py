@@ -179,6 +179,9 @@ class ModelConfig:
     enabled: bool = True
     # Shown to Cursor as a thinking (reasoning) model.
     thinking: bool = False
+    # The model reads images: pasted ones and Read of an image file go to it. False: Cursor is
+    # told the model takes no images, and a message with images is refused with a clear error.
+    vision: bool = True
     # Top-level request fields added to every call of this model, in the file's order
     # (``[models.extra_body]``): reasoning effort, a thinking budget, sampling settings.
     # Its values are JSON (dicts, lists): compared, not hashed, so the config stays hashable.

@@ -79,6 +79,7 @@ _MODEL_KEYS = (
     "replay_reasoning",
     "enabled",
     "thinking",
+    "vision",
     "extra_body",
 )
 _MODELS_LIST_KEYS = ("placement", "default")
@@ -200,6 +201,7 @@ def _model(t: Table) -> ModelConfig:
         replay_reasoning=pick(t.boolean("replay_reasoning"), True),
         enabled=pick(t.boolean("enabled"), True),
         thinking=pick(t.boolean("thinking"), False),
+        vision=pick(t.boolean("vision"), True),
         extra_body=tuple(t.json_table("extra_body").items()),
     )
 

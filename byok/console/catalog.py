@@ -79,6 +79,7 @@ def model_config(entry: ModelEntry, kind: str) -> ModelConfig:
         max_output_tokens=max_out,
         enabled=entry.enabled,
         thinking=entry.thinking or entry.effort is not None,
+        vision=entry.vision,
         extra_body=(*entry.extra_body, *effort),
     )
     problem = extra_body_problem(kind, model)
@@ -209,6 +210,7 @@ class Catalog:
                 context_tokens=min(m.context_tokens for m in served),
                 display_name=alias.display_name,
                 thinking=first.thinking,
+                vision=all(m.vision for m in served),
             )
             alias_models[alias.id] = shown
             placed.append((alias.position, alias.id, shown))

@@ -46,7 +46,7 @@ def display_name(model: ModelConfig) -> str:
 
 def available_model(model: ModelConfig) -> AvailableModel:
     """One picker entry. Capabilities byok does not serve are left off: no Cmd-K (that RPC is
-    not byok's), no max mode; images are left unset."""
+    not byok's), no max mode. Images as the model's ``vision`` says."""
     name = display_name(model)
     context = min(model.context_tokens, _INT32_MAX)
     return AvailableModel(
@@ -54,6 +54,7 @@ def available_model(model: ModelConfig) -> AvailableModel:
         default_on=True,
         supports_agent=True,
         supports_thinking=model.thinking,
+        supports_images=model.vision,
         supports_plan_mode=True,
         supports_max_mode=False,
         supports_non_max_mode=True,

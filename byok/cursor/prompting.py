@@ -20,6 +20,7 @@ from pathlib import Path
 import attrs
 
 from byok.cursor.agent_modes import REQUIRED_MODES
+from byok.model.images import ImagePart
 from byok.model.messages import Message
 from byok.pb.agent import v1 as agent
 
@@ -258,9 +259,12 @@ def _span(rng: agent.Range | None) -> str:
 
 
 def _selected_items(sc: agent.SelectedContext) -> Iterable[str]:
-    # Textual parts only, in a fixed order. Binary attachments (images, videos, documents,
-    # browsers) and opaque references (invocation context, recent agents, agentic git actions)
-    # carry no text the model could use here and are left out.
+    # Textual parts, in a fixed order, and where the images are: their bytes travel as the
+    # message's image parts, in the same order (cursor/pasted_images.py). Other binary
+    # attachments (videos, documents, browsers) and opaque references (invocation context,
+    # recent agents, agentic git actions) carry no text the model could use here.
+    for n, image in enumerate(sc.selected_images, start=1):
+        yield _block("image", "", index=str(n), path=image.path)
     for f in sc.files:
         yield _block("file", f.content, path=f.relative_path or f.path)
     for c in sc.code_selections:
@@ -356,7 +360,9 @@ def build_runtime_message(
     request_context: agent.RequestContext | None,
     now_iso: str,
     time_zone: str | None,
+    images: tuple[ImagePart, ...] = (),
 ) -> Message:
+    """The run's runtime message; ``images``: the message's images (resolve_images), in order."""
     text = render_runtime_message(
         template,
         user_message=user_message,
@@ -364,4 +370,6 @@ def build_runtime_message(
         now_iso=now_iso,
         time_zone=time_zone,
     )
-    return Message(role="user", origin="runtime", text=text, event_id=f"run-request:{request_id}")
+    return Message(
+        role="user", origin="runtime", text=text, event_id=f"run-request:{request_id}", attachments=images
+    )

@@ -6,6 +6,7 @@ import attrs
 import betterproto2
 
 from byok.cursor.agent_modes import UnknownModeError, run_mode
+from byok.cursor.pasted_images import selected_images, verified_blobs
 from byok.pb.agent import v1 as agent
 
 
@@ -42,6 +43,14 @@ class RunStart:
     target: str = ""
     # The client asked for no UpdateCurrentStep tool (suppress_subagent_progress_update_tool).
     no_progress_tool: bool = False
+    # Blobs the client delivered with the request (pasted images), verified against their ids.
+    # Only the start point reads them, so the run log leaves them out.
+    pre_fetched: dict[bytes, bytes] = attrs.field(factory=dict, eq=False, repr=False)
+
+    @property
+    def image_count(self) -> int:
+        """How many images the user's message carries."""
+        return len(selected_images(self.user_message))
 
     @property
     def mode_dir(self) -> str:
@@ -155,6 +164,7 @@ def parse_run_request(
         subagent_model_overrides=tuple(req.subagent_model_overrides),
         target=target,
         no_progress_tool=bool(req.suppress_subagent_progress_update_tool),
+        pre_fetched=verified_blobs(req.pre_fetched_blobs),
     )
 
 

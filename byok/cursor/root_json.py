@@ -5,13 +5,20 @@ Cursor stores the model transcript as AI-SDK style JSON messages
 no AI-SDK home under `providerOptions.byok`, so a root decodes back to the exact Message
 (conversation import relies on that). Encoding is deterministic: same message, same bytes,
 same blob id.
+
+A message's images go into its root whole, as AI-SDK image parts (a tool result's as media
+parts of a ``content`` output): the client's copy of the transcript is complete on its own, so
+a conversation imported from it keeps them.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from typing import Any
 
+from byok.model.images import ImageError, ImagePart
 from byok.model.messages import SPLICE_MIN, Message, ReplayState, ToolCall, canonical_json, splice_json
 
 
@@ -41,14 +48,25 @@ def _root_obj(message: Message, text: str) -> dict[str, Any]:
             )
         content = parts
     elif message.role == "tool":
+        output: dict[str, Any] = {"type": "error-text" if message.is_error else "text", "value": text}
+        if message.attachments:
+            media = [
+                {"type": "media", "data": p.base64(), "mediaType": p.media_type} for p in message.attachments
+            ]
+            output = {"type": "content", "value": [{"type": "text", "text": text}, *media]}
         content = [
             {
                 "type": "tool-result",
                 "toolCallId": message.tool_call_id,
                 "toolName": message.tool_name,
-                "output": {"type": "error-text" if message.is_error else "text", "value": text},
+                "output": output,
             }
         ]
+    elif message.attachments:
+        images = [
+            {"type": "image", "image": p.base64(), "mediaType": p.media_type} for p in message.attachments
+        ]
+        content = [*images, {"type": "text", "text": text}]
     else:
         content = text
     byok: dict[str, Any] = {"origin": message.origin}
@@ -121,6 +139,7 @@ def _decode_root(data: bytes) -> Message:
     texts: list[str] = []
     thinking: list[str] = []
     calls: list[ToolCall] = []
+    images: list[ImagePart] = []
     indexes = byok.get("call_index") or []
     if not isinstance(indexes, list) or not all(
         isinstance(i, int) and not isinstance(i, bool) for i in indexes
@@ -132,6 +151,12 @@ def _decode_root(data: bytes) -> Message:
             texts.append(_str(part.get("text", ""), "text part"))
         elif kind == "reasoning":
             thinking.append(_str(part.get("text", ""), "reasoning part"))
+        elif kind in ("image", "file") and role != "assistant":
+            image = _image(part)
+            if isinstance(image, ImagePart):
+                images.append(image)
+            elif image is not None:
+                texts.append(image)
         elif kind == "tool-call":
             if role != "assistant":
                 # Only an assistant turn calls tools; a Message of another role could not write
@@ -149,7 +174,10 @@ def _decode_root(data: bytes) -> Message:
         elif kind == "tool-result":
             output = part.get("output") or {}
             value = output.get("value", "")
-            if not isinstance(value, str):
+            result_images: list[ImagePart] = []
+            if output.get("type") == "content" and isinstance(value, list):
+                value, result_images = _content_output(value)
+            elif not isinstance(value, str):
                 value = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
             return Message(
                 role=role,
@@ -157,8 +185,52 @@ def _decode_root(data: bytes) -> Message:
                 tool_call_id=_str(part.get("toolCallId", ""), "toolCallId"),
                 tool_name=_str(part.get("toolName", ""), "toolName"),
                 is_error=output.get("type") in ("error-text", "error-json"),
+                attachments=tuple(result_images),
                 **common,
             )
     return Message(
-        role=role, text="".join(texts), thinking="".join(thinking), tool_calls=tuple(calls), **common
+        role=role,
+        text="".join(texts),
+        thinking="".join(thinking),
+        tool_calls=tuple(calls),
+        attachments=tuple(images),
+        **common,
     )
+
+
+def _content_output(value: list[Any]) -> tuple[str, list[ImagePart]]:
+    """A tool result's ``content`` output: its text parts joined, its image media parts."""
+    texts: list[str] = []
+    images: list[ImagePart] = []
+    for p in value:
+        if p.get("type") == "text":
+            texts.append(_str(p.get("text", ""), "text part"))
+        elif p.get("type") == "media":
+            image = _image(p)
+            if isinstance(image, ImagePart):
+                images.append(image)
+            elif image is not None:
+                texts.append(image)
+    return "".join(texts), images
+
+
+def _image(part: dict[str, Any]) -> ImagePart | str | None:
+    """The image of an AI-SDK image, file or media part (base64 or a data URL); None for a file
+    that is not an image. An image whose bytes are not there (a URL, another server's reference)
+    or that no provider takes becomes a line saying so: the model learns it was there."""
+    media_type = str(part.get("mediaType") or part.get("mimeType") or "")
+    if part.get("type") != "image" and not media_type.startswith("image/"):
+        return None
+    data = part.get("image") if part.get("type") == "image" else part.get("data")
+    if not isinstance(data, str):
+        return "\n[an image of the conversation was not carried over: its bytes are not in the transcript]\n"
+    if data.startswith("data:"):
+        data = data.partition(",")[2]
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return "\n[an image of the conversation was not carried over: it is not inline (a URL?)]\n"
+    try:
+        return ImagePart.of(raw, what="an image of the conversation", label=media_type)
+    except ImageError as e:
+        return f"\n[{e}; it was not carried over]\n"

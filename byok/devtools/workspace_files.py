@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from byok.model.images import sniff_image_type
 from byok.pb.agent import v1 as agent
 
 
@@ -25,6 +26,9 @@ def read(root: Path, args: agent.ReadArgs) -> agent.ReadResult:
         return agent.ReadResult(invalid_file=agent.ReadInvalidFile(path=path, reason="not a file"))
     try:
         data = real.read_bytes()
+        if sniff_image_type(data) is not None:
+            # Cursor answers a Read of an image with its bytes.
+            return agent.ReadResult(success=agent.ReadSuccess(path=path, data=data, file_size=len(data)))
         text = data.decode("utf-8")
     except PermissionError:
         return agent.ReadResult(permission_denied=agent.ReadPermissionDenied(path=path))

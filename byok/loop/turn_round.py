@@ -80,6 +80,7 @@ def _commit_result(s: TurnState, r: Round, done: ToolDone) -> Result:
         is_error=done.is_error,
         tool_round_id=r.assistant.tool_round_id,
         completion_seq=r.committed + 1,
+        attachments=done.images,
     )
     # Every call has a card (a refused or unknown one its error card): it is a step of the turn.
     step = ToolStep(done.call_id, done.result)

@@ -13,6 +13,7 @@ import attrs
 
 from byok.loop.emits import Emit
 from byok.model import events as ev
+from byok.model.images import ImagePart
 from byok.model.messages import Message, ToolCall
 from byok.model.usage import Usage
 
@@ -161,6 +162,7 @@ class ToolDone:
     content: str  # what the model sees
     is_error: bool
     result: object  # the card (opaque here)
+    images: tuple[ImagePart, ...] = ()  # what the model sees besides the content
 
 
 @attrs.frozen

@@ -16,6 +16,8 @@ from typing import Any, Literal, TypeVar
 
 import attrs
 
+from byok.model.images import ImagePart
+
 T = TypeVar("T")
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -60,6 +62,9 @@ class Message:
     event_id: str = ""
     # Provider model call that produced an assistant message (observability only).
     model_call_id: str = ""
+    # Images the message carries (pasted into the user's message, or a Read of an image file).
+    # Encoded as references (model/images.py); the bytes live in the store's blob table.
+    attachments: tuple[ImagePart, ...] = ()
     # Values derived from this immutable message and kept with it, as large histories re-hash
     # every checkpoint and re-project every turn: its id (SHA-256 of encode(); a stored row's
     # key when decoded), its projected history item, and the rarer memos (encode() itself, the
@@ -122,6 +127,13 @@ class Message:
         for m, obj in zip(pending, objs, strict=True):
             m._take(cls._values(obj, m._stored[1]))  # type: ignore[index]
 
+    def give_image_data(self, data_of: Callable[[str], bytes]) -> None:
+        """Give this message's image parts their bytes (``data_of(sha256)``). Only for a message
+        just read back from the store, before anyone else sees it: the parts stay equal (their
+        bytes are not part of their identity), so the message does too."""
+        parts = tuple(p.with_data(data_of(p.sha256)) for p in self.attachments)
+        object.__setattr__(self, "attachments", parts)
+
     @property
     def stored_size(self) -> int | None:
         """Bytes of the row a stored message still holds undecoded; None once decoded."""
@@ -130,6 +142,10 @@ class Message:
 
     def to_json_obj(self) -> dict[str, Any]:
         obj: dict[str, Any] = {"role": self.role, "origin": self.origin}
+        if self.attachments:
+            # "attachments" sorts first in the canonical encoding: the store tells the rows that
+            # carry images by their first bytes (ATTACHMENTS_PREFIX), without parsing the rest.
+            obj["attachments"] = [p.to_json() for p in self.attachments]
         if self.text:
             obj["text"] = self.text
         if self.thinking:
@@ -248,6 +264,14 @@ class Message:
                 and type(c.index) is int
                 for c in self.tool_calls
             )
+            and type(self.attachments) is tuple
+            and all(
+                type(p) is ImagePart
+                and type(p.media_type) is str
+                and type(p.sha256) is str
+                and type(p.size) is int
+                for p in self.attachments
+            )
         )
 
     def history_item(self, make: Callable[..., T], *args: Any) -> T:
@@ -302,6 +326,7 @@ class Message:
         call_id = get("tool_call_id", "")
         tool_name = get("tool_name", "")
         round_id = get("tool_round_id", "")
+        images = get("attachments", _ABSENT)
         return (
             name(obj["role"]),
             name(obj["origin"]),
@@ -323,10 +348,13 @@ class Message:
             get("completion_seq", 0),
             get("event_id", ""),
             get("model_call_id", ""),
+            tuple([ImagePart.from_json(p) for p in images]) if images is not _ABSENT else (),
         )
 
 
 _ABSENT: Any = object()
+# How the encoding of a message with images starts (its first key, see to_json_obj).
+ATTACHMENTS_PREFIX = b'{"attachments":'
 # The fields a stored message decodes on first read.
 _FIELDS = tuple(f.name for f in attrs.fields(Message) if f.init)
 

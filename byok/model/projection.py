@@ -21,11 +21,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from byok.model.messages import Message, ToolCall
-from byok.model.request import AssistantTurn, HistoryItem, RenderedPrefix, ToolResultTurn, UserTurn
+from byok.model.request import (
+    AssistantTurn,
+    HistoryItem,
+    RenderedPrefix,
+    ToolImagesTurn,
+    ToolResultTurn,
+    UserTurn,
+)
 
 
 def _user(m: Message) -> UserTurn:
-    return UserTurn(m.text)
+    return UserTurn(m.text, m.attachments)
 
 
 def _answer(m: Message) -> AssistantTurn:
@@ -37,7 +44,7 @@ def _round_turn(head: Message, calls: list[ToolCall]) -> AssistantTurn:
 
 
 def _result(m: Message) -> ToolResultTurn:
-    return ToolResultTurn(m.tool_call_id, m.tool_name, m.text, m.is_error)
+    return ToolResultTurn(m.tool_call_id, m.tool_name, m.text, m.is_error, m.attachments)
 
 
 # Message memo key of a projected prefix: (its message count, its first message, its items).
@@ -85,8 +92,11 @@ def _project(messages: Sequence[Message], start: int, out: list[HistoryItem]) ->
                 out.append(assistants[0].history_item(_round_turn, calls))
             else:  # a round split over several assistant messages: not one message's item
                 out.append(_round_turn(assistants[0], calls))
-            for r in sorted(results, key=lambda r: r.completion_seq):
-                out.append(r.history_item(_result))
+            items = [r.history_item(_result) for r in sorted(results, key=lambda r: r.completion_seq)]
+            out += items
+            with_images = tuple(item for item in items if item.images)
+            if with_images:
+                out.append(ToolImagesTurn(with_images))
         elif m.role == "assistant":
             out.append(m.history_item(_answer))
             i += 1

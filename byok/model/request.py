@@ -13,6 +13,7 @@ from typing import Any
 import attrs
 
 from byok.model.body import Body, as_bytes
+from byok.model.images import ImagePart
 from byok.model.messages import Message, ReplayState, ToolCall
 
 
@@ -28,6 +29,7 @@ class ToolSpec:
 @attrs.frozen(cache_hash=True)
 class UserTurn:
     text: str
+    images: tuple[ImagePart, ...] = ()
 
 
 @attrs.frozen(cache_hash=True)
@@ -44,6 +46,16 @@ class ToolResultTurn:
     name: str
     content: str
     is_error: bool = False
+    images: tuple[ImagePart, ...] = ()  # a Read of an image file
+
+
+@attrs.frozen(cache_hash=True)
+class ToolImagesTurn:
+    """The images a tool round's results returned, after the round's last result: where an API
+    takes images in a tool result (Responses, Anthropic) it renders nothing, and Chat, whose tool
+    messages hold text only, shows them to the model as a user message here."""
+
+    results: tuple[ToolResultTurn, ...]  # the round's results with images, in result order
 
 
 @attrs.frozen(eq=False)  # one object per stored render read back: compared by identity
@@ -60,7 +72,7 @@ class RenderedPrefix:
     size: int  # bytes of texts
 
 
-HistoryItem = UserTurn | AssistantTurn | ToolResultTurn | RenderedPrefix
+HistoryItem = UserTurn | AssistantTurn | ToolResultTurn | ToolImagesTurn | RenderedPrefix
 
 
 @attrs.frozen
@@ -78,6 +90,9 @@ class ModelSettings:
     # OpenAI kinds: sent as prompt_cache_key when set (one per conversation, so its growing
     # prefix is routed to the machine that cached the previous turn).
     cache_key: str = ""
+    # False for a model configured without vision: images already in the history are sent as a
+    # line of text saying so (the run refuses new ones before it starts).
+    vision: bool = True
 
 
 @attrs.frozen

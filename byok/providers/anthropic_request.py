@@ -11,6 +11,7 @@ import json
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from byok.model.images import ImagePart
 from byok.model.messages import Message, ReplayState, ToolCall
 from byok.model.request import (
     AssistantTurn,
@@ -18,6 +19,7 @@ from byok.model.request import (
     ModelRequest,
     RenderedPrefix,
     RenderedRequest,
+    ToolImagesTurn,
     ToolResultTurn,
     ToolSpec,
     UserTurn,
@@ -32,6 +34,8 @@ from byok.providers.rendering import (
     place_tools,
     render_start,
     schema,
+    vision_key,
+    with_images_note,
 )
 from byok.providers.replay import saved_list
 
@@ -74,29 +78,30 @@ def render_request(req: ModelRequest) -> RenderedRequest:
 
 
 def prefix_key(req: ModelRequest) -> Hashable:
-    """The ``messages`` element texts depend on the history alone (the system prompt and the
-    cache settings sit outside them)."""
-    return ANTHROPIC
+    """The ``messages`` element texts depend on the history and on whether the model sees images
+    (the system prompt and the cache settings sit outside them)."""
+    return vision_key(ANTHROPIC, req.settings.vision)
 
 
 def prefix_texts(req: ModelRequest) -> tuple[Hashable, list[bytes]]:
     """The ``messages`` element texts of ``req``'s history (one per merged message) and the key
     they are kept under. A stored render's texts (RenderedPrefix) are used as they are only when
     the history after them starts a message of its own; else its messages are rendered here."""
-    history, done, messages, size = render_start(ANTHROPIC, req.history, _starts_a_message)
+    key, vision = prefix_key(req), req.settings.vision
+    history, done, messages, size = render_start(key, req.history, _starts_a_message)
     last: tuple[int, int, int] | None = None  # where the last message starts: its first item,
     # the messages and bytes before it
     for start, group in _groups(history, done):
         last = (start, len(messages), size)
-        (text,) = cached((ANTHROPIC, group), _render, group)
+        (text,) = cached(vision_key((ANTHROPIC, group), vision), _render, group, vision)
         messages.append(text)
         size += len(text)
     if last is not None:
         # A later item may still join the last message, so what is final ends where it starts;
         # that a message starts there is known only while the item there is the same one.
         start, count, kept_size = last
-        keep_prefix(ANTHROPIC, history[: start + 1], start, messages[:count], kept_size)
-    return prefix_key(req), messages
+        keep_prefix(key, history[: start + 1], start, messages[:count], kept_size)
+    return key, messages
 
 
 def _starts_a_message(prefix: RenderedPrefix, history: tuple[HistoryItem, ...]) -> bool:
@@ -147,6 +152,8 @@ def _groups(history: tuple[HistoryItem, ...], start: int = 0) -> list[tuple[int,
     role = ""
     for i in range(start, len(history)):
         item = history[i]
+        if isinstance(item, ToolImagesTurn):
+            continue  # the images are in their tool_result blocks
         if isinstance(item, AssistantTurn):
             # Text or calls always give blocks; only a bare turn needs its replay looked at.
             if not item.text and not item.tool_calls and not _assistant_blocks(item):
@@ -166,21 +173,23 @@ def _groups(history: tuple[HistoryItem, ...], start: int = 0) -> list[tuple[int,
     return groups
 
 
-def _render(group: tuple[HistoryItem, ...]) -> tuple[bytes]:
-    return (dumpb_spliced(lambda text: _message(group, text)),)
+def _render(group: tuple[HistoryItem, ...], vision: bool = True) -> tuple[bytes]:
+    return (dumpb_spliced(lambda text: _message(group, text, vision)),)
 
 
-def _message(group: tuple[HistoryItem, ...], text: Callable[[str], str]) -> dict[str, Any]:
+def _message(
+    group: tuple[HistoryItem, ...], text: Callable[[str], str], vision: bool = True
+) -> dict[str, Any]:
     """The one message of ``group`` (one role), its texts passed through ``text`` (dumpb_spliced)."""
     messages: list[dict[str, Any]] = []
     for item in group:
         if isinstance(item, UserTurn):
-            _append(messages, "user", [{"type": "text", "text": text(item.text)}])
+            _append(messages, "user", _user_blocks(item, text, vision))
         elif isinstance(item, ToolResultTurn):
             block: dict[str, Any] = {
                 "type": "tool_result",
                 "tool_use_id": item.call_id,
-                "content": text(item.content),
+                "content": _result_content(item, text, vision),
             }
             if item.is_error:
                 block["is_error"] = True
@@ -191,6 +200,30 @@ def _message(group: tuple[HistoryItem, ...], text: Callable[[str], str]) -> dict
             raise TypeError(f"unknown history item {item!r}")
     (message,) = messages  # one role, so one message
     return message
+
+
+def _user_blocks(item: UserTurn, text: Callable[[str], str], vision: bool) -> list[dict[str, Any]]:
+    if not item.images:
+        return [{"type": "text", "text": text(item.text)}]
+    if not vision:
+        return [{"type": "text", "text": text(with_images_note(item.text, len(item.images)))}]
+    # The images first, then the text that refers to them (as Anthropic advises).
+    return [*map(_image, item.images), {"type": "text", "text": text(item.text)}]
+
+
+def _result_content(item: ToolResultTurn, text: Callable[[str], str], vision: bool) -> Any:
+    if not item.images:
+        return text(item.content)
+    if not vision:
+        return text(with_images_note(item.content, len(item.images)))
+    return [{"type": "text", "text": text(item.content)}, *map(_image, item.images)]
+
+
+def _image(part: ImagePart) -> dict[str, Any]:
+    return {
+        "type": "image",
+        "source": {"type": "base64", "media_type": part.media_type, "data": part.base64()},
+    }
 
 
 def _append(messages: list[dict[str, Any]], role: str, blocks: list[dict[str, Any]]) -> None:

@@ -11,18 +11,31 @@ import json
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from byok.model.images import ImagePart
 from byok.model.messages import ReplayState
 from byok.model.request import (
     AssistantTurn,
     HistoryItem,
     ModelRequest,
     RenderedRequest,
+    ToolImagesTurn,
     ToolResultTurn,
     ToolSpec,
     UserTurn,
 )
 from byok.providers.kinds import OPENAI_CHAT
-from byok.providers.rendering import SLOT, assemble, cached, dumpb_spliced, item_texts, place_tools, schema
+from byok.providers.rendering import (
+    SLOT,
+    assemble,
+    cached,
+    dumpb_spliced,
+    images_note,
+    item_texts,
+    place_tools,
+    schema,
+    vision_key,
+    with_images_note,
+)
 
 
 def build_request(req: ModelRequest) -> bytes:
@@ -51,20 +64,21 @@ def render_request(req: ModelRequest) -> RenderedRequest:
 
 def prefix_key(req: ModelRequest) -> Hashable:
     """What the ``messages`` element texts depend on besides the history: the system message's
-    text and whether reasoning is replayed on tool turns."""
-    return (OPENAI_CHAT, req.settings.replay_reasoning_on_tool_turns, req.system)
+    text, whether reasoning is replayed on tool turns and whether the model sees images."""
+    s = req.settings
+    return vision_key((OPENAI_CHAT, s.replay_reasoning_on_tool_turns, req.system), s.vision)
 
 
 def prefix_texts(req: ModelRequest) -> tuple[Hashable, list[bytes]]:
     """The ``messages`` element texts of ``req`` (its system message, then its history) and the key
     they are kept under: what a stored render of the history holds (RenderedPrefix)."""
-    flag = req.settings.replay_reasoning_on_tool_turns
+    flag, vision = req.settings.replay_reasoning_on_tool_turns, req.settings.vision
     system = {"role": "system", "content": req.system}
     key = prefix_key(req)
     return key, item_texts(
         key,
         req.history,
-        lambda item: cached((OPENAI_CHAT, item, flag), _render, item, flag),
+        lambda item: cached(vision_key((OPENAI_CHAT, item, flag), vision), _render, item, flag, vision),
         (lambda: cached((OPENAI_CHAT, "system", req.system), _render, system, False)) if req.system else None,
     )
 
@@ -76,24 +90,50 @@ def _tool(t: ToolSpec) -> dict[str, Any]:
     }
 
 
-def _render(item: HistoryItem | dict[str, Any], replay_on_tool_turns: bool) -> tuple[bytes]:
-    return (dumpb_spliced(lambda text: _message(item, replay_on_tool_turns, text)),)
+def _render(
+    item: HistoryItem | dict[str, Any], replay_on_tool_turns: bool, vision: bool = True
+) -> tuple[bytes]:
+    return (dumpb_spliced(lambda text: _message(item, replay_on_tool_turns, text, vision)),)
 
 
 def _message(
-    item: HistoryItem | dict[str, Any], replay_on_tool_turns: bool, text: Callable[[str], str] = str
+    item: HistoryItem | dict[str, Any],
+    replay_on_tool_turns: bool,
+    text: Callable[[str], str] = str,
+    vision: bool = True,
 ) -> dict[str, Any]:
     """The Chat message of ``item``, its texts passed through ``text`` (dumpb_spliced)."""
     if isinstance(item, dict):
         return item  # the system message
     if isinstance(item, UserTurn):
-        return {"role": "user", "content": text(item.text)}
+        if not item.images:
+            return {"role": "user", "content": text(item.text)}
+        if not vision:
+            return {"role": "user", "content": text(with_images_note(item.text, len(item.images)))}
+        # The images first, then the text that refers to them.
+        return {
+            "role": "user",
+            "content": [*map(_image, item.images), {"type": "text", "text": text(item.text)}],
+        }
     if isinstance(item, AssistantTurn):
         return _assistant_message(item, replay_on_tool_turns)
     if isinstance(item, ToolResultTurn):
-        # Chat has no is_error flag; the content itself says what went wrong.
+        # Chat has no is_error flag; the content itself says what went wrong. A tool message
+        # holds text only: its images follow the round (ToolImagesTurn).
         return {"role": "tool", "tool_call_id": item.call_id, "content": text(item.content)}
+    if isinstance(item, ToolImagesTurn):
+        if not vision:
+            return {"role": "user", "content": images_note(sum(len(r.images) for r in item.results))}
+        parts: list[dict[str, Any]] = []
+        for r in item.results:
+            parts.append({"type": "text", "text": f"What the {r.name} call {r.call_id} returned:"})
+            parts += map(_image, r.images)
+        return {"role": "user", "content": parts}
     raise TypeError(f"unknown history item {item!r}")  # pragma: no cover - HistoryItem is closed
+
+
+def _image(part: ImagePart) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": part.data_url()}}
 
 
 def _assistant_message(turn: AssistantTurn, replay_on_tool_turns: bool) -> dict[str, Any]:

@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import Any
 
+from byok.model.images import ImagePart
 from byok.model.messages import ReplayState, ToolCall
 from byok.model.request import (
     AssistantTurn,
     HistoryItem,
     ModelRequest,
     RenderedRequest,
+    ToolImagesTurn,
     ToolResultTurn,
     ToolSpec,
     UserTurn,
@@ -31,20 +33,26 @@ from byok.providers.rendering import (
     item_texts,
     place_tools,
     schema,
+    vision_key,
+    with_images_note,
 )
 from byok.providers.replay import saved_list
 
 
 def prefix_key(req: ModelRequest) -> Hashable:
-    """The ``input`` element texts depend on the history alone."""
-    return OPENAI_RESPONSES
+    """The ``input`` element texts depend on the history, and on whether the model sees images."""
+    return vision_key(OPENAI_RESPONSES, req.settings.vision)
 
 
 def prefix_texts(req: ModelRequest) -> tuple[Hashable, list[bytes]]:
     """The ``input`` element texts of ``req``'s history and the key they are kept under (see
     openai_chat_request.prefix_texts)."""
-    key = prefix_key(req)
-    return key, item_texts(key, req.history, lambda item: cached((OPENAI_RESPONSES, item), _render, item))
+    key, vision = prefix_key(req), req.settings.vision
+    return key, item_texts(
+        key,
+        req.history,
+        lambda item: cached(vision_key((OPENAI_RESPONSES, item), vision), _render, item, vision),
+    )
 
 
 def build_request(req: ModelRequest) -> bytes:
@@ -86,20 +94,45 @@ def _tool(t: ToolSpec) -> dict[str, Any]:
     }
 
 
-def _render(item: HistoryItem) -> list[bytes]:
+def _render(item: HistoryItem, vision: bool = True) -> list[bytes]:
     """The ``input`` items of one history item (an assistant turn may give several, or none)."""
     if isinstance(item, UserTurn):
-        return [dumpb_spliced(lambda text: {"role": "user", "content": text(item.text)})]
+        return [dumpb_spliced(lambda text: _user(item, text, vision))]
     if isinstance(item, AssistantTurn):
         return [dumpb(i) for i in _assistant_items(item)]
     if isinstance(item, ToolResultTurn):
         # No is_error flag in this API; the output text itself says what went wrong.
-        return [dumpb_spliced(lambda text: _output(item, text))]
+        return [dumpb_spliced(lambda text: _output(item, text, vision))]
+    if isinstance(item, ToolImagesTurn):
+        return []  # the images went with their function_call_output
     raise TypeError(f"unknown history item {item!r}")  # pragma: no cover - HistoryItem is closed
 
 
-def _output(item: ToolResultTurn, text: Callable[[str], str]) -> dict[str, Any]:
-    return {"type": "function_call_output", "call_id": item.call_id, "output": text(item.content)}
+def _user(item: UserTurn, text: Callable[[str], str], vision: bool) -> dict[str, Any]:
+    if not item.images:
+        return {"role": "user", "content": text(item.text)}
+    if not vision:
+        return {"role": "user", "content": text(with_images_note(item.text, len(item.images)))}
+    # The images first, then the text that refers to them.
+    return {
+        "role": "user",
+        "content": [*map(_image, item.images), {"type": "input_text", "text": text(item.text)}],
+    }
+
+
+def _output(item: ToolResultTurn, text: Callable[[str], str], vision: bool) -> dict[str, Any]:
+    output: Any
+    if not item.images:
+        output = text(item.content)
+    elif vision:
+        output = [{"type": "input_text", "text": text(item.content)}, *map(_image, item.images)]
+    else:
+        output = text(with_images_note(item.content, len(item.images)))
+    return {"type": "function_call_output", "call_id": item.call_id, "output": output}
+
+
+def _image(part: ImagePart) -> dict[str, Any]:
+    return {"type": "input_image", "image_url": part.data_url(), "detail": "auto"}
 
 
 def _assistant_items(turn: AssistantTurn) -> list[dict[str, Any]]:

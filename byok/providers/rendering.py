@@ -98,6 +98,26 @@ def dumpb_spliced(build: Callable[[Callable[[str], str]], Any]) -> bytes:
     return b"".join(parts)
 
 
+# Part of every cache and prefix key of a render for a model configured without vision: the
+# texts of items with images differ (a note instead of the image), the rest do not.
+TEXT_ONLY = "text-only"
+
+
+def vision_key(key: Hashable, vision: bool) -> Hashable:
+    """``key`` for a render with images, a key of its own for a text-only one."""
+    return key if vision else (key, TEXT_ONLY)
+
+
+def images_note(count: int) -> str:
+    """What a model configured without vision sees where images were (never a silent drop)."""
+    what = "an image" if count == 1 else f"{count} images"
+    return f"[{what} left out here: this model is configured without vision (vision = false)]"
+
+
+def with_images_note(text: str, count: int) -> str:
+    return f"{images_note(count)}\n\n{text}" if text else images_note(count)
+
+
 @functools.lru_cache(maxsize=256)
 def schema(parameters_json: str) -> Any:
     """A tool's parameters JSON Schema, parsed once per text (every request carries every tool).

@@ -53,6 +53,7 @@ def model_settings(model: ModelConfig, provider: ProviderConfig, conversation_id
         eager_input_streaming=provider.eager_input_streaming,
         extra_body=model.extra_body,
         cache_key=cache_key(conversation_id) if provider.prompt_cache_key else "",
+        vision=model.vision,
     )
 
 

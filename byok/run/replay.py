@@ -11,6 +11,7 @@ what the live run recorded at its end.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import hashlib
 import json
@@ -169,6 +170,13 @@ def _specs(rows: list[list[str]]) -> tuple[ToolSpec, ...]:
     return tuple(ToolSpec(name, description, parameters) for name, description, parameters in rows)
 
 
+def _with_images(messages: tuple[Message, ...], images: dict[str, str]) -> tuple[Message, ...]:
+    for m in messages:
+        if m.attachments:
+            m.give_image_data(lambda sha256: base64.b64decode(images[sha256]))
+    return messages
+
+
 def _world(start: dict[str, Any], modes: list[dict[str, Any]]) -> tuple[ReplayEffects, Driver, FrameSink]:
     st = decode_start(start["run"])
     backends = frozenset(start.get("backends", ()))
@@ -215,13 +223,14 @@ def _world(start: dict[str, Any], modes: list[dict[str, Any]]) -> tuple[ReplayEf
             subagent_model_overrides=st.subagent_model_overrides,
             request_context=st.request_context,
             backends=backends,
+            vision=start["settings"].get("vision", True),
         ),
         agent_mode=st.mode,
         head=Head(
             h["conversation_id"],
             h["revision_id"],
             h["version"],
-            tuple(Message.decode(m.encode()) for m in h["messages"]),
+            _with_images(tuple(Message.decode(m.encode()) for m in h["messages"]), h.get("images", {})),
         ),
         prior_turns=tuple(bytes.fromhex(t) for t in start["prior_turns"]),
         turn=TurnRecord(
@@ -250,6 +259,7 @@ def _settings(s: dict[str, Any]) -> ModelSettings:
         prompt_cache=s["prompt_cache"],
         eager_input_streaming=s["eager_input_streaming"],
         cache_key=s["cache_key"],
+        vision=s.get("vision", True),
     )
 
 

@@ -74,6 +74,7 @@ def target_fields(c: RunContext) -> dict[str, Any]:
             "prompt_cache": settings.prompt_cache,
             "eager_input_streaming": settings.eager_input_streaming,
             "cache_key": settings.cache_key,
+            "vision": settings.vision,
         },
         "context_tokens": c.model.context_tokens,
     }
@@ -96,6 +97,11 @@ def start_line(ctx: RunContext, kv_next_id: int) -> dict[str, Any]:
             "revision_id": head.revision_id,
             "version": head.version,
             "messages": [m.encode().decode() for m in head.messages],
+            # The bytes of the history's images (a message's encoding holds their references). A
+            # message still undecoded has none: the store decodes the ones with images.
+            "images": {
+                p.sha256: p.base64() for m in head.messages if m.stored_size is None for p in m.attachments
+            },
         },
         "prior_turns": [t.hex() for t in c.prior_turns],
         "turn": {

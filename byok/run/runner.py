@@ -46,6 +46,7 @@ from byok.run.slot import RunSlot
 from byok.run.start_point import begin, runtime_message, start_point
 from byok.run.tool_work import perform
 from byok.run.turn_effects import TurnEffects, tool_done, tool_note
+from byok.run.user_images import user_images
 from byok.store import RunExists, StoreError
 
 log = logging.getLogger("byok.run")
@@ -96,6 +97,7 @@ class Run:
                 request_context=start.request_context,
                 backends=deps.tools.backends,
                 todos=memory.todos,
+                vision=model.vision,
             ),
             agent_mode=start.mode,
             registry=registry,
@@ -266,7 +268,10 @@ class Run:
         runtime message(s) exactly once; the machine's Begin says what the run does first."""
         c = self.ctx
         st, wall_ms = c.start, c.deps.wall_ms
-        runtime = runtime_message(c.assets, st, wall_ms()) if st.user_turn else None
+        runtime = None
+        if st.user_turn:
+            images = await user_images(c.kv, st, c.deps.config.server.kv_ack_timeout_s)
+            runtime = runtime_message(c.assets, st, wall_ms(), images)
         try:
             begun = await begin(c.deps.store, st, runtime, wall_ms())
         except RunExists as e:

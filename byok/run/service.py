@@ -32,6 +32,15 @@ log = logging.getLogger("byok.run")
 SLOT_LINGER_S = 120.0
 
 
+def no_vision(model_id: str, images: int) -> str:
+    """Why a run with images on a model without vision does not start (nothing is dropped)."""
+    what = "an image" if images == 1 else f"{images} images"
+    return (
+        f"model {model_id!r} is configured without vision (vision = false), and this message has "
+        f"{what}: remove the image(s), or pick a model that reads images"
+    )
+
+
 def not_served(config: Config | Catalog, model_id: str) -> str:
     """Why byok does not run ``model_id``, and which ids it does run."""
     model = config.model(model_id)
@@ -80,6 +89,8 @@ class RunService:
             model = self.deps.catalog.model(start.model_id)
             if model is None or not model.enabled or not self.deps.catalog.targets(start.model_id):
                 raise RunRequestError("not_found", not_served(self.deps.catalog, start.model_id))
+            if start.image_count and not model.vision:
+                raise RunRequestError("failed_precondition", no_vision(model.id, start.image_count))
         except RunRequestError as e:
             failure = Failed(e.code, e.message)
             log.warning("request %s not started: %s: %s", slot.request_id, e.code, e.message)

@@ -21,6 +21,7 @@ from byok.cursor.request import RunStart
 from byok.cursor.start_plan import may_import, plan_start, planned_turn
 from byok.cursor.token_details import TokenDetails
 from byok.loop.turn_values import Failed, FailedError
+from byok.model.images import ImagePart
 from byok.model.messages import Message
 from byok.run.conversation import ConversationMemory
 from byok.run.history import (
@@ -58,8 +59,10 @@ def _run_event_id(st: RunStart) -> str:
     return f"run-request:{st.request_id}"
 
 
-def runtime_message(assets: ModeAssets, st: RunStart, now_ms: int) -> Message:
-    """A user turn's runtime message: the user's message in the mode's template."""
+def runtime_message(
+    assets: ModeAssets, st: RunStart, now_ms: int, images: tuple[ImagePart, ...] = ()
+) -> Message:
+    """A user turn's runtime message: the user's message in the mode's template, with its images."""
     assert st.user_message is not None
     return build_runtime_message(
         assets.runtime_template,
@@ -68,6 +71,7 @@ def runtime_message(assets: ModeAssets, st: RunStart, now_ms: int) -> Message:
         request_context=st.request_context,
         now_iso=iso_utc(now_ms),
         time_zone=None,
+        images=images,
     )
 
 

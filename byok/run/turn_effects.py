@@ -480,7 +480,7 @@ def placeholder_card(tool: ToolDef | None, name: str) -> agent.ToolCall:
 
 
 def tool_done(call_id: str, outcome: ToolOutcome) -> ToolDone:
-    return ToolDone(call_id, outcome.content, outcome.is_error, outcome)
+    return ToolDone(call_id, outcome.content, outcome.is_error, outcome, outcome.images)
 
 
 def tool_note(note: object, ctx: RunContext) -> ModeSwitched:

@@ -29,6 +29,8 @@ def message_size(message: Message) -> int:
         size += len(message.replay.data)
     for call in message.tool_calls:
         size += 200 + len(call.arguments)
+    for part in message.attachments:
+        size += 200 + len(part.data)
     return size + message.encoded_size  # a message appended by this process keeps its bytes
 
 

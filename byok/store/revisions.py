@@ -10,8 +10,9 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
-from byok.model.messages import Message
+from byok.model.messages import ATTACHMENTS_PREFIX, Message
 from byok.store.errors import StaleRevision, StoreError
+from byok.store.images import load_images
 
 # The revisions making up one history: the parent chain from a revision (the parameter) to the root.
 CHAIN_SQL = """WITH RECURSIVE chain(id) AS (
@@ -93,6 +94,7 @@ def read_history(conn: sqlite3.Connection, revision_id: int) -> tuple[Message, .
     count = message_count(conn, revision_id)
     cursor = conn.execute(_HISTORY_SQL, (revision_id,))
     out: list[Message] = []
+    with_images: list[Message] = []
     one: Callable[[Any, Any], Any] = {}.setdefault  # one string per distinct id (Message._from_obj)
     # In batches: a history's rows, their joined text and its parse are alive together only one
     # batch at a time (decoded whole, 5,000 messages peaked at 21 MiB for a 7 MiB result).
@@ -106,6 +108,10 @@ def read_history(conn: sqlite3.Connection, revision_id: int) -> tuple[Message, .
         # whole history (and keep a second copy of it) just to learn the ids. Each message is
         # decoded when first read (Message.stored).
         out += [Message.stored(message_id, data, one) for _, message_id, data in rows]
+        # A message with images is told by its first bytes (a startswith per row, no parse).
+        with_images += [out[first + i] for i, row in enumerate(rows) if row[2].startswith(ATTACHMENTS_PREFIX)]
     if len(out) != count:
         raise StoreError(f"revision {revision_id} is corrupt: expected {count} messages in order")
+    if with_images:
+        load_images(conn, with_images)
     return tuple(out)

@@ -34,6 +34,7 @@ from byok.store import root_ids as _root_ids
 from byok.store import runs as _runs
 from byok.store.errors import StoreError
 from byok.store.history_cache import DEFAULT_CACHE_BYTES, HistoryCache
+from byok.store.images import load_images, save_images
 from byok.store.records import BlobEdge, ComparedPrefix, Head, LlmCallRecord, RunRecord, RunStatus
 from byok.store.rendered_prefixes import StoredRender
 
@@ -182,6 +183,8 @@ class SQLiteStore:
                 if rebase:
                     parent = None
                 parent_count = revisions.message_count(conn, parent)
+                if any(m.attachments for m in messages):
+                    save_images(conn, messages, now_ms)
                 conn.executemany(
                     "INSERT OR IGNORE INTO messages (id, data) VALUES (?, ?)", zip(ids, encoded, strict=True)
                 )
@@ -214,10 +217,12 @@ class SQLiteStore:
                 # memoised) when decoding what was stored gives it back field for field, which
                 # decodes_to_itself guarantees; decode it otherwise.
                 before = self._messages(conn, parent)
-                after = before + tuple(
+                added = tuple(
                     m if m.decodes_to_itself() else Message.decode(data)
                     for m, data in zip(messages, encoded, strict=True)
                 )
+                load_images(conn, [m for m in added if any(not p.data for p in m.attachments)])
+                after = before + added
                 head = Head(conversation_id, revision_id, expected_version + 1, after)
         self._cache.remember(head)
         return head

@@ -224,7 +224,7 @@ def test_invalid_toml_has_line_and_column(tmp_path: Path) -> None:
             "context_tokens = 1\nupstream_modle = 2",
             "models[0].upstream_modle: unknown key (allowed: id, "
             "provider, upstream_model, context_tokens, display_name, max_output_tokens, replay_reasoning, "
-            "enabled, thinking, extra_body)",
+            "enabled, thinking, vision, extra_body)",
         ),
     ],
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import attrs
 import pytest
 
 from byok.config import ModelConfig
@@ -47,6 +48,9 @@ def test_available_model_fields() -> None:
     assert b.client_display_name == "byok-b"  # no display_name: the id
     assert b.supports_thinking is True
     assert b.context_token_limit == 2**31 - 1  # int32 on the wire
+    # Cursor is told whether the model takes images (its vision setting).
+    assert a.supports_images is True
+    assert mc.available_model(attrs.evolve(A, vision=False)).supports_images is False
 
 
 def test_model_details_fields() -> None:

@@ -245,9 +245,12 @@ def test_selected_context_text_parts() -> None:
     assert '<code_selection path="/w/a.py" lines="3-4">\nx = 1\n</code_selection>' in out
     assert "<git_diff>\ndiff --git a b\n</git_diff>" in out
     assert "<extra_context>\nnote\n</extra_context>" in out
-    # Images carry no text: an image-only selection adds no section.
+    # An image's bytes go as the message's image part; the text says where each one is.
     images = agent.SelectedContext(selected_images=[agent.SelectedImage(path="/i.png", data=b"\x89PNG")])
-    assert render(selected=images) == render()
+    assert (
+        render(selected=images)
+        == '<selected_context>\n<image index="1" path="/i.png"/>\n</selected_context>\n\n' + render()
+    )
 
 
 def test_time_zone_argument_wins_over_env() -> None:

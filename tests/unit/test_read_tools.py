@@ -9,6 +9,7 @@ import pytest
 from byok.cursor.tools import delete_tool, read_lints_tool, read_tool
 from byok.cursor.tools.base import Execution, Finish, Invocation, SendExec, ToolArgError, ToolDef, ToolOutcome
 from byok.cursor.tools.delete_tool import DELETE
+from byok.cursor.tools.env import ToolEnv
 from byok.cursor.tools.read_lints_tool import READ_LINTS
 from byok.cursor.tools.read_tool import READ
 from byok.pb.agent import v1 as agent
@@ -159,13 +160,44 @@ def test_read_offset_past_the_end() -> None:
 
 
 def test_read_binary_data_is_described_not_sent() -> None:
-    outcome = read(data=b"\x89PNG", path="/w/logo.png", file_size=4)
-    assert (
-        outcome.content
-        == "/w/logo.png is a binary or image file (4 bytes); its content cannot be shown as text."
-    )
-    assert not outcome.is_error
+    outcome = read(data=b"\x89PNG", path="/w/logo.png", file_size=4)  # too short to be a PNG
+    assert outcome.content == "/w/logo.png is a binary file (4 bytes); its content cannot be shown as text."
+    assert not outcome.is_error and outcome.images == ()
     assert card(outcome, "read_tool_call").result.success.data == b"\x89PNG"
+
+
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(24)
+JPEG = b"\xff\xd8\xff\xe0" + bytes(16)
+
+
+@pytest.mark.parametrize(("data", "media_type"), [(PNG, "image/png"), (JPEG, "image/jpeg")])
+def test_read_of_an_image_gives_the_model_the_image(data: bytes, media_type: str) -> None:
+    # The file's name says PNG; the bytes decide.
+    outcome = read(data=data, path="/w/shot.png", file_size=len(data))
+    assert outcome.content == f"/w/shot.png is an image ({media_type}, {len(data)} bytes); here it is."
+    (image,) = outcome.images
+    assert (image.media_type, image.data, image.size) == (media_type, data, len(data))
+    assert card(outcome, "read_tool_call").result.success.data == data
+
+
+def test_read_of_an_image_for_a_model_without_vision_says_so() -> None:
+    inv = Invocation(
+        call_id=CALL_ID,
+        name="Read",
+        model_call_id="llm-1",
+        args=READ.parse({"path": "/w/shot.png"}),
+        env=ToolEnv(vision=False),
+    )
+    execution = READ.execute(inv)
+    execution.start()
+    success = agent.ReadSuccess(data=PNG, path="/w/shot.png", file_size=len(PNG))
+    result = agent.ExecClientMessage(id=1, exec_id=CALL_ID, read_result=agent.ReadResult(success=success))
+    outcome = finished(execution.on_result(result))
+    assert outcome.images == () and not outcome.is_error
+    assert outcome.content == (
+        "/w/shot.png is an image (image/png, 32 bytes); this model is configured without vision "
+        "(vision = false), so it cannot be shown."
+    )
 
 
 def test_read_content_by_blob_reference_is_an_error() -> None:

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 import attrs
 
+from byok.model.images import ImagePart
 from byok.pb.agent import v1 as agent
 
 _INT32_MAX = 2**31 - 1
@@ -51,6 +52,8 @@ class ToolOutcome:
     content: str
     is_error: bool
     ui: agent.ToolCall
+    # Images the model sees with the content (a Read of an image file, for a model with vision).
+    images: tuple[ImagePart, ...] = ()
     # The encoded card, shared by the tool_call_completed frame and the turn's step blob (a Read's
     # card holds the whole file). ``ui`` must not be mutated once it has been encoded.
     _ui_bytes: list[bytes] = attrs.field(factory=list, init=False, eq=False, repr=False, hash=False)

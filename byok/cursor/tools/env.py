@@ -34,6 +34,8 @@ class ToolEnv:
     todos: TodoFold = attrs.Factory(TodoFold)
     # Server-side backends configured for this daemon ("search", "images").
     backends: frozenset[str] = frozenset()
+    # The run's model reads images (its ``vision``): a Read of an image file gives it the image.
+    vision: bool = True
     # (server_identifier, tool_name) -> the definition exactly as the client's MCP state gave it;
     # filled only from successful GetMcpTools results of this run (seeds 000 §33.3).
     mcp: dict[tuple[str, str], agent.McpToolDefinition] = attrs.Factory(dict)

@@ -1,6 +1,8 @@
 """Read: one ``read_args`` Exec, answered by one typed ``read_result``.
 
-The model sees the lines numbered as an editor numbers them; the card holds the whole read.
+The model sees the lines numbered as an editor numbers them; the card holds the whole read. An
+image file comes back as its bytes: a model with vision gets the image itself (its type sniffed
+from the bytes), any other a line saying what the file is.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import attrs
 from byok.cursor import encode
 from byok.cursor.tools.base import Invocation, OneShot, ToolDef, ToolOutcome, int32_arg, require_str
 from byok.cursor.tools.exec_results import no_variant, path_of, typed_one_shot, uint32, variant, with_detail
+from byok.model.images import ImagePart, sniff_image_type
 from byok.pb.agent import v1 as agent
 
 
@@ -39,8 +42,9 @@ def _execute_read(inv: Invocation) -> OneShot:
             path=args["path"], tool_call_id=inv.call_id, offset=args["offset"], limit=args["limit"]
         )
     )
+    vision = inv.env is None or inv.env.vision
     return typed_one_shot(
-        exec_message, "read_result", lambda r: _read_outcome(args, r), lambda e: _read_error(args, e)
+        exec_message, "read_result", lambda r: _read_outcome(args, r, vision), lambda e: _read_error(args, e)
     )
 
 
@@ -62,23 +66,34 @@ _READ_FAILURES: dict[str, Callable[[Any, str], str]] = {
 }
 
 
-def _read_outcome(args: Mapping[str, Any], result: agent.ReadResult) -> ToolOutcome:
+def _read_outcome(args: Mapping[str, Any], result: agent.ReadResult, vision: bool = True) -> ToolOutcome:
     name, value = variant(result)
     if name == "success":
-        return _read_success(args, value)
+        return _read_success(args, value, vision)
     if name in _READ_FAILURES:
         return _read_error(args, _READ_FAILURES[name](value, path_of(value, args["path"])))
     return _read_error(args, no_variant("read_result"))
 
 
-def _read_success(args: Mapping[str, Any], s: agent.ReadSuccess) -> ToolOutcome:
+def _read_success(args: Mapping[str, Any], s: agent.ReadSuccess, vision: bool = True) -> ToolOutcome:
     path = s.path or args["path"]
     kind, output = variant(s, "output")
     if kind == "data":
         size = s.file_size or len(output)
-        content = f"{path} is a binary or image file ({size} bytes); its content cannot be shown as text."
         success = agent.ReadToolSuccess(data=output, path=path, file_size=uint32(size))
-        return ToolOutcome(content, False, _read_card(args, agent.ReadToolResult(success=success)))
+        card = _read_card(args, agent.ReadToolResult(success=success))
+        media_type = sniff_image_type(output)
+        if media_type is None:
+            content = f"{path} is a binary file ({size} bytes); its content cannot be shown as text."
+            return ToolOutcome(content, False, card)
+        if not vision:
+            content = (
+                f"{path} is an image ({media_type}, {size} bytes); this model is configured without "
+                "vision (vision = false), so it cannot be shown."
+            )
+            return ToolOutcome(content, False, card)
+        content = f"{path} is an image ({media_type}, {size} bytes); here it is."
+        return ToolOutcome(content, False, card, images=(ImagePart.of(output),))
     if kind == "" and s.output_blob_id is not None:
         # The content lives in the client's blob store; a one-shot Exec has no way to fetch it.
         return _read_error(
