@@ -14,8 +14,10 @@ import trio
 
 from byok.cursor.prompting import default_prompt_root, load_prompt_assets
 from byok.cursor.tools.catalog import load_tool_catalog, mode_tools
+from byok.cursor.tools.registry import build_registry
 from byok.devtools.cursor_sim import Transcript, user_turn
 from byok.pb.agent import v1 as agent
+from byok.run.deps import tool_setup
 from byok.store import SQLiteStore
 from tests.integration.conftest import Daemon
 from tests.support.fake_provider import chat_text_script
@@ -28,7 +30,9 @@ CATALOG = load_tool_catalog(ROOT)
 
 
 def tool_names(mode: str) -> list[str]:
-    return [t.name for t in mode_tools(ROOT, mode, CATALOG)]
+    """The mode's manifest as the test daemon offers it: no search or image backend configured."""
+    setup = tool_setup(build_registry(), {mode: mode_tools(ROOT, mode, CATALOG)}, frozenset())
+    return [t.name for t in setup.specs_by_mode[mode]]
 
 
 def reminder(mode: str) -> str:
