@@ -117,16 +117,37 @@ def test_user_message_action_without_user_message_is_invalid_argument() -> None:
     assert error_of(request(action=action)).code == "invalid_argument"
 
 
+def test_a_cancel_action_as_a_run_request_is_unimplemented() -> None:
+    err = error_of(request(action=agent.ConversationAction(cancel_action=agent.CancelAction(reason="x"))))
+    assert err.code == "unimplemented"
+
+
+@pytest.mark.parametrize(
+    ("action", "target"),
+    [
+        (agent.ConversationAction(cancel_subagent_action=agent.CancelSubagentAction(subagent_id="s")), "s"),
+        (
+            agent.ConversationAction(
+                background_subagent_action=agent.BackgroundSubagentAction(tool_call_id="t")
+            ),
+            "t",
+        ),
+    ],
+)
+def test_subagent_actions_name_their_target(action: agent.ConversationAction, target: str) -> None:
+    start = parse_run_request("r", request(action=action))
+    assert start.target == target
+
+
 @pytest.mark.parametrize(
     "action",
     [
-        agent.ConversationAction(cancel_action=agent.CancelAction(reason="x")),
-        agent.ConversationAction(cancel_subagent_action=agent.CancelSubagentAction(subagent_id="s")),
+        agent.ConversationAction(cancel_subagent_action=agent.CancelSubagentAction()),
+        agent.ConversationAction(background_subagent_action=agent.BackgroundSubagentAction()),
     ],
 )
-def test_unsupported_action_is_unimplemented(action: agent.ConversationAction) -> None:
-    err = error_of(request(action=action))
-    assert err.code == "unimplemented"
+def test_subagent_actions_without_a_target_are_invalid(action: agent.ConversationAction) -> None:
+    assert error_of(request(action=action)).code == "invalid_argument"
 
 
 def test_resume_action_carries_its_request_context() -> None:
