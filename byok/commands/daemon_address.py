@@ -22,11 +22,23 @@ class DaemonAddress:
     verify: bool | str
 
 
+class NoDaemon(Exception):
+    """No address to reach: the config's port is picked at start (0) and no daemon runs on its
+    data dir yet, or the one that does has not bound its port yet."""
+
+
 def daemon_address(config: Config, url: str | None = None) -> DaemonAddress:
     """``url`` (``--url``), else the running daemon's (its lock file), else the config's."""
     if url is None:
         holder = read_holder(config.server.data_dir)
         port = urlsplit(holder.url).port if holder is not None and holder.url else None
+        if port is None and holder is not None and holder.url is None:
+            raise NoDaemon(f"byok (pid {holder.pid}) on data dir {config.server.data_dir} is still starting")
+        if port is None and config.server.port == 0:
+            raise NoDaemon(
+                f"no byok is running on data dir {config.server.data_dir} ({config.source} has it pick "
+                "a port at start): start one with byok serve, or give --url"
+            )
         url = local_url(config.server.host, port or config.server.port)
         if config.server.tls:
             url = "https" + url.removeprefix("http")

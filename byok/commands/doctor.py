@@ -11,7 +11,7 @@ from pathlib import Path
 import trio
 
 from byok.commands.config_args import config_path, env_file_path, load_from_args
-from byok.commands.daemon_address import daemon_address
+from byok.commands.daemon_address import NoDaemon, daemon_address
 from byok.commands.doctor_checks import Check, config_file, data_dir, port, private_file, tls_key
 from byok.config import Config, ConfigError
 from byok.env_file import EnvFile, EnvFileError
@@ -54,7 +54,10 @@ def _config(args: argparse.Namespace) -> tuple[Config | None, Check]:
 def cursor_hints(config: Config) -> list[str]:
     from byok.cursor_setup import cursor_command, local_url
 
-    url = daemon_address(config).shown
+    try:
+        url = daemon_address(config).shown
+    except NoDaemon:  # port 0: the one `byok serve` prints at start
+        url = local_url(config.server.host, config.server.port).removesuffix(":0") + ":<port>"
     if config.server.has_auth_token:
         url += "/<token>"
     lines = [

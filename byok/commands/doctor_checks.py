@@ -12,7 +12,7 @@ from pathlib import Path
 import attrs
 import httpx
 
-from byok.commands.daemon_address import daemon_address
+from byok.commands.daemon_address import NoDaemon, daemon_address
 from byok.config import Config
 from byok.daemon_lock import read_holder
 from byok.http.ca import CA_DIR, CA_KEY
@@ -90,13 +90,13 @@ def tls_key(config: Config) -> list[Check]:
 
 def _held_by_byok(config: Config) -> str | None:
     """Who answers byok's health check on the configured port, when it is a byok."""
-    address = daemon_address(config)
     try:
+        address = daemon_address(config)
         resp = httpx.get(address.base + "/byok/healthz", timeout=5, verify=address.verify, trust_env=False)
         if resp.status_code == 200 and resp.json().get("status") == "ok":
             holder = read_holder(config.server.data_dir)
             return f"byok (pid {holder.pid})" if holder is not None else "byok"
-    except (httpx.HTTPError, ValueError):
+    except (httpx.HTTPError, ValueError, NoDaemon):
         pass
     return None
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import trio
 
 from byok.commands.config_args import load_from_args
-from byok.commands.daemon_address import daemon_address
+from byok.commands.daemon_address import NoDaemon, daemon_address
 from byok.config import ConfigError
 from byok.exception_groups import sole
 
@@ -63,7 +63,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     except (ConfigError, NotADirectoryError) as e:
         print(f"byok: {e}", file=sys.stderr)
         return 2
-    address = daemon_address(config, args.url)
+    try:
+        address = daemon_address(config, args.url)
+    except NoDaemon as e:
+        print(f"byok: {e}", file=sys.stderr)
+        return 1
     url = address.shown
     model = args.model or next((m.id for m in config.enabled_models()), None)
     if model is None:

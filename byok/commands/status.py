@@ -78,7 +78,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if holder.url is None:
         print(f"byok (pid {holder.pid}) is starting on data dir {data_dir}")
         return 1
-    address = daemon_address(config)
+    address = daemon_address(config)  # the holder's address: it has its port
     try:
         resp = httpx.get(
             address.base + "/byok/status", timeout=STATUS_TIMEOUT_S, trust_env=False, verify=address.verify

@@ -117,6 +117,7 @@ async def test_errors_are_one_line(tmp_path: Path) -> None:
     for args, message in [
         (["--url", "http://127.0.0.1:9"], "byok: cannot reach a daemon at http://127.0.0.1:9: "),
         (["--workspace", str(tmp_path / "nope")], f"byok: --workspace {tmp_path / 'nope'}: not a directory"),
+        ([], f"byok: no byok is running on data dir {tmp_path / 'data'} ({cfg} has it pick a port at start)"),
     ]:
         done = await trio.run_process(
             [sys.executable, "-m", "byok", "simulate", "--config", str(cfg), *args, "hi"],
