@@ -98,6 +98,30 @@ async def test_ask_question_answered(daemon: Daemon) -> None:
     assert answer.args.title == "Setup"
 
 
+async def test_a_late_answer_sent_twice_is_taken_once(daemon: Daemon) -> None:
+    """The user takes a while (the run waits, its stream stays open), and the answer arrives
+    twice: the second is ignored."""
+    user = SimUser(repeat=True)
+    sim = sim_with(daemon, user)
+    sim.query_delay = lambda query: 0.2
+    daemon.provider.enqueue(
+        chat_tool_script([("call-ask", "AskQuestion", json.dumps(QUESTIONS))]), chat_text_script(["Noted."])
+    )
+    tr = await sim.run("req-late", turn("Set it up", "conv-late"))
+    assert tr.end_stream == {}, tr.end_stream
+    kinds = tr.kinds()
+    assert kinds.count("interaction_update.tool_call_completed") == 1
+    assert kinds.index("interaction_query.ask_question_interaction_query") < kinds.index(
+        "interaction_update.tool_call_completed"
+    )
+    asked = next(f.at for f in tr.frames if f.kind == "interaction_query.ask_question_interaction_query")
+    done = next(f.at for f in tr.frames if f.kind == "interaction_update.tool_call_completed")
+    assert done - asked >= 0.2  # the run waited for the user
+    [result] = tool_results(daemon, 1)
+    assert "Which database? -> PostgreSQL" in result["content"]
+    assert [name for _, name in tr.appends].count("interaction_response") == 2
+
+
 async def test_ask_question_rejected(daemon: Daemon) -> None:
     user = SimUser(decisions={"ask_question_interaction_query": "reject"}, reason="not now")
     tr = await ask(daemon, user, "conv-ask-no")
