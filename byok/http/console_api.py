@@ -58,7 +58,8 @@ class ControlApi:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            refused = ch.refusal(scope, self.config.server.host)
+            server = self.config.server
+            refused = ch.refusal(scope, ch.host_names(server.host, server.tls_names))
             if refused is not None:
                 raise refused
             if not scope["path"].startswith(ch.API_PREFIX):
@@ -135,7 +136,7 @@ async def _until_gone(receive: Receive, scope: trio.CancelScope) -> None:
 @route("GET", "/setup")
 async def setup(api: ControlApi, req: ApiRequest) -> tuple[int, Any]:
     """How to point Cursor at this daemon, from the address the browser reached it on."""
-    url = f"http://{header(req.scope, 'host')}"
+    url = f"{req.scope.get('scheme') or 'http'}://{header(req.scope, 'host')}"
     system = platform.system()
     proxy = api.config.proxy
     proxy_url = cursor_setup.local_url(proxy.host, proxy.port)

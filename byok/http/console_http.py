@@ -95,14 +95,20 @@ async def start_stream(send: Send, content_type: str) -> None:
     await send({"type": "http.response.start", "status": 200, "headers": headers})
 
 
-def refusal(scope: Scope, configured_host: str) -> ApiError | None:
+def host_names(host: str, tls_names: tuple[str, ...] = ()) -> frozenset[str]:
+    """The names the console answers to: loopback's, the configured host, LAN mode's TLS names."""
+    return LOOPBACK_NAMES | {n.strip("[]").lower() for n in (host, *tls_names)}
+
+
+def refusal(scope: Scope, names: frozenset[str]) -> ApiError | None:
     """Why a console request is refused before routing (see the module's rules), or None."""
     host = header(scope, "host") or ""
     name = urlsplit(f"//{host}").hostname or ""
-    if name not in LOOPBACK_NAMES and name != configured_host.strip("[]").lower():
+    if name not in names:
         return ApiError(403, "host", f"the console answers on this machine's loopback names, not {host!r}")
     origin = header(scope, "origin")
-    if origin is not None and origin.rstrip("/").lower() != f"http://{host}".lower():
+    own = f"{scope.get('scheme') or 'http'}://{host}".lower()
+    if origin is not None and origin.rstrip("/").lower() != own:
         return ApiError(403, "origin", f"requests from origin {origin!r} are refused (CORS is closed)")
     site = header(scope, "sec-fetch-site")
     if site is not None and site not in ("same-origin", "none"):
@@ -162,7 +168,11 @@ async def serve_page(scope: Scope, send: Send) -> None:
     if scope.get("method") not in ("GET", "HEAD"):
         await send_error(send, ApiError(405, "method", "the console's pages are read with GET"))
         return
-    if path in (PREFIX, PREFIX + "/"):
+    if path == PREFIX:
+        # Relative, so a path prefix this app does not see (LAN mode's credential) is kept.
+        await send_bytes(send, 308, b"", "text/plain", ((b"location", b"byok/"),))
+        return
+    if path == PREFIX + "/":
         name = "index.html"
     elif path.startswith(PREFIX + "/ui/"):
         name = path[len(PREFIX + "/ui/") :]

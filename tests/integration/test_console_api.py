@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import pytest
 import trio
 
+from byok.console.token import new_token
 from byok.devtools.cursor_sim import user_turn
 from byok.http.console_routes import ROUTES
-from tests.integration.conftest import Daemon
+from tests.integration.conftest import Daemon, start_daemon
 from tests.support.console_client import console_client, wait_calls
 from tests.support.fake_provider import FakeProvider, chat_text_script, error_script
 
@@ -86,6 +88,8 @@ async def test_web_pages_of_other_origins_are_refused(daemon: Daemon, api: httpx
     assert not any(k.lower().startswith("access-control-") for k in preflight.headers)
     same = await api.get("/providers", headers={"origin": daemon.base_url, "sec-fetch-site": "same-origin"})
     assert same.status_code == 200
+    bare = await daemon.client.get(daemon.base_url + "/byok")
+    assert bare.status_code == 308 and bare.headers["location"] == "byok/"  # kept relative
     page = await daemon.client.get(daemon.base_url + "/byok/")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert "script-src 'self'" in page.headers["content-security-policy"]
@@ -319,3 +323,62 @@ async def test_a_console_key_is_nowhere_in_clear(
         assert KEY not in run_log.read_text()
     assert KEY not in caplog.text and KEY[:12] not in caplog.text
     assert made.json()["key"] == "…abcd"  # the console shows the last four, and only those
+
+
+async def test_bodies_with_detailed_logging_are_redacted(tmp_path: Path, nursery: trio.Nursery) -> None:
+    async with (
+        start_daemon(tmp_path, nursery, extra="[logging]\ndetailed = true") as daemon,
+        console_client(daemon.base_url, daemon.data_dir) as api,
+    ):
+        other, url = await _second_provider(nursery)
+        body = {"id": "k", "kind": "openai_chat", "base_url": url, "api_key": KEY}
+        assert (await api.post("/providers", json=body)).status_code == 201
+        model = {"id": "keyed", "provider": "k", "upstream_model": "m", "context_tokens": 1000}
+        assert (await api.post("/models", json=model)).status_code == 201
+        other.enqueue(error_script(401, f"Incorrect API key provided: {KEY}"))  # echoed back
+        refused = user_turn("show", conversation_id="cd", model_id="keyed", message_id="m1")
+        assert (await daemon.sim.run("req-d1", refused)).error is not None
+        other.enqueue(chat_text_script(["shown"]))
+        turn = user_turn("show", conversation_id="cd", model_id="keyed", message_id="m1")
+        assert (await daemon.sim.run("req-d2", turn)).end_stream == {}
+        ok, failed = await wait_calls(api, 2)
+        detail = (await api.get(f"/calls/{ok['id']}")).json()
+        assert detail["bodies_logged"] and detail["has_request_body"] and detail["has_response_body"]
+        request = await api.get(f"/calls/{ok['id']}/request")
+        assert request.status_code == 200 and json.loads(request.text)["model"] == "m"
+        assert "shown" in (await api.get(f"/calls/{ok['id']}/response")).text
+        response = await api.get(f"/calls/{failed['id']}/response")
+        assert "Incorrect API key provided: [REDACTED]" in response.text and KEY not in response.text
+        stored = b"".join(p.read_bytes() for p in daemon.data_dir.glob("byok.sqlite3*"))
+        assert KEY.encode() not in stored and KEY[:12].encode() not in stored
+
+
+async def test_the_console_in_lan_mode(
+    tmp_path: Path, nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Behind LAN mode's credential (a path prefix, over TLS): the page's links are relative so
+    they keep the prefix; the console still wants its own token; the TLS name is a host it
+    answers to."""
+    from tests.integration.test_lan import TOKEN, lan_daemon
+
+    async with lan_daemon(tmp_path, nursery, monkeypatch) as lan:
+        token = new_token(tmp_path / "data")
+        base = f"{lan.base_url}/{TOKEN}/byok"
+        async with httpx.AsyncClient(verify=lan.trust, timeout=30) as client:
+            page = await client.get(base + "/")
+            assert page.status_code == 200 and 'src="ui/app.js"' in page.text
+            assert (await client.get(base + "/ui/app.js")).status_code == 200
+            assert (await client.get(base + "/api/providers")).status_code == 401
+            auth = {"authorization": f"Bearer {token}"}
+            mine = await client.get(base + "/api/providers", headers={**auth, "origin": lan.base_url})
+            assert mine.status_code == 200 and mine.json()["providers"][0]["id"] == "fake"
+            named = await client.get(
+                base + "/api/setup",
+                headers={**auth, "host": lan.base_url.split("//")[1].replace("127.0.0.2", "byok.lan")},
+            )
+            assert named.status_code == 200 and named.json()["backend_url"].startswith("https://byok.lan:")
+            other = await client.get(
+                base + "/api/providers", headers={**auth, "origin": "https://evil.example"}
+            )
+            assert other.status_code == 403
+            assert (await client.get(lan.base_url + "/byok/")).status_code != 200  # no LAN credential

@@ -2,6 +2,8 @@
 import { h, replace } from "./dom.js";
 
 const TOKEN_KEY = "byok.console.token";
+// Relative to the page (/byok/), so a path prefix in front of it (LAN mode's credential) stays.
+const API = new URL("api", document.baseURI).pathname;
 const main = document.getElementById("main");
 let cleanup = null;
 
@@ -34,7 +36,7 @@ export async function api(method, path, body) {
     headers["content-type"] = "application/json";
     init.body = JSON.stringify(body);
   }
-  const response = await fetch(`/byok/api${path}`, init);
+  const response = await fetch(`${API}${path}`, init);
   const text = await response.text();
   let data = text;
   try {
@@ -56,7 +58,7 @@ export function liveCalls(onCall, onState) {
   (async () => {
     while (!controller.signal.aborted) {
       try {
-        const response = await fetch("/byok/api/calls/live", {
+        const response = await fetch(`${API}/calls/live`, {
           headers: { authorization: `Bearer ${token()}` },
           signal: controller.signal,
         });

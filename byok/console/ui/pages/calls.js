@@ -4,7 +4,7 @@ import { h, msText, num, pct, replace, when } from "../dom.js";
 
 export async function render(main, params) {
   if (params[0]) return detail(main, params[0]);
-  const filters = { model: "", provider: "", status: "" };
+  const filters = { model: "", provider: "", status: "", since: "" };
   const body = h("tbody", {});
   const state = h("span", { class: "badge", id: "live-state" }, "connecting");
   const matches = (c) =>
@@ -13,7 +13,9 @@ export async function render(main, params) {
     (!filters.status || c.status === filters.status);
 
   async function load() {
-    const query = new URLSearchParams(Object.entries(filters).filter(([, v]) => v));
+    const { since, ...rest } = filters;
+    const query = new URLSearchParams(Object.entries(rest).filter(([, v]) => v));
+    if (since) query.set("since_ms", String(Date.now() - Number(since) * 3_600_000));
     query.set("limit", "200");
     const { calls } = await api("GET", `/calls?${query}`);
     replace(body, calls.map((c) => row(c, false)));
@@ -26,10 +28,15 @@ export async function render(main, params) {
     { name: "status", onchange: (e) => { filters.status = e.target.value; load(); } },
     ["", "ok", "error", "canceled"].map((s) => h("option", { value: s }, s || "any status")),
   );
+  const since = h(
+    "select",
+    { name: "since", onchange: (e) => { filters.since = e.target.value; load(); } },
+    [["", "any time"], ["1", "last hour"], ["24", "last day"], ["168", "last week"]].map(([v, t]) => h("option", { value: v }, t)),
+  );
   replace(
     main,
     h("h2", {}, "Calls ", state),
-    h("form", { class: "inline", onsubmit: (e) => e.preventDefault() }, input("model", "model"), input("provider", "provider"), status),
+    h("form", { class: "inline", onsubmit: (e) => e.preventDefault() }, since, input("model", "model"), input("provider", "provider"), status),
     h("table", { id: "calls" }, h("thead", {}, h("tr", {}, HEADERS.map((x) => h("th", {}, x)))), body),
   );
   await load();
