@@ -81,7 +81,7 @@ class ModelEntry:
     max_output_tokens: int | None = None
     thinking: bool = False
     effort: str | None = None
-    vision: bool = False
+    vision: bool = True
     enabled: bool = True
     position: int = 0
     extra_body: tuple[tuple[str, Any], ...] = attrs.field(default=(), hash=False)
@@ -241,7 +241,7 @@ def parse_model(body: object, current: ModelEntry | None = None, *, path_id: str
         max_output_tokens=_nullable(t, "max_output_tokens", t.integer, old.get("max_output_tokens")),
         thinking=pick(t.boolean("thinking"), old.get("thinking", False)),
         effort=effort,
-        vision=pick(t.boolean("vision"), old.get("vision", False)),
+        vision=pick(t.boolean("vision"), old.get("vision", True)),
         enabled=pick(t.boolean("enabled"), old.get("enabled", True)),
         position=pick(t.integer("position", minimum=0), old.get("position", 0)),
         extra_body=extra,

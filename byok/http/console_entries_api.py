@@ -160,7 +160,7 @@ def _model_json(api: ControlApi, m: ModelConfig | ModelEntry, source: str) -> di
             served=served is not None and served.provider == m.provider and not out.get("shadowed"),
         )
     else:
-        out.update(effort=None, vision=False, position=None, shadowed=False, served=True)
+        out.update(effort=None, vision=m.vision, position=None, shadowed=False, served=True)
     return out
 
 
