@@ -16,10 +16,11 @@ from pathlib import Path
 import trio
 
 from byok.commands.config_args import load_from_args
-from byok.commands.daemon_address import NoDaemon, daemon_address
 from byok.config import ConfigError
 from byok.exception_groups import sole
 
+# Imported by the parser (byok/cli.py): what this module imports at its top is loaded before
+# `byok serve` tunes the allocator, so the rest is imported in cmd_simulate.
 MODES = ("agent", "ask", "plan", "debug")
 EXIT_INTERRUPTED = 130  # as a shell reports a command ended by SIGINT
 
@@ -53,6 +54,7 @@ def _request_context(root: Path):  # type: ignore[no-untyped-def]
 def cmd_simulate(args: argparse.Namespace) -> int:
     import httpx
 
+    from byok.commands.daemon_address import NoDaemon, daemon_address
     from byok.devtools.cursor_sim import CursorSim, Transcript, user_turn
     from byok.devtools.turn_display import ShownWorkspace, TurnDisplay
     from byok.pb.agent import v1 as agent

@@ -116,3 +116,17 @@ def test_the_command_line_module_imports_no_generated_protobuf_code() -> None:
         [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_the_command_line_module_imports_no_server_code() -> None:
+    """Likewise the HTTP server, HTTP/2 and the TLS/CA code: the commands that need them import
+    them when they run (byok.cli's parser imports only what it must)."""
+    script = (
+        "import sys, byok.cli; "
+        "heavy = ('hypercorn', 'h2', 'cryptography', 'httpx'); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in heavy))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "[]"
