@@ -87,7 +87,7 @@ def first_step(
     action: str, staged: Message | None, messages: tuple[Message, ...], *, repeated: bool = False
 ) -> Literal["call", "tools", "final", "compact"]:
     """What the turn machine does first (its Begin's ``start``). ``repeated``: a background
-    completion an earlier run already appended (a retry)."""
+    completion, async answers or a plan to build an earlier run already appended (a retry)."""
     if action == "summarize_action":
         return "compact"
     if action in CONTROL_ACTIONS:
@@ -96,8 +96,8 @@ def first_step(
         return "tools"  # a resume of a staged round: its tools run again, no provider call
     if action == "resume_action" and ends_with_answer(messages):
         return "final"  # resumed from the turn-end staged checkpoint: only those are missing
-    if action in EVENT_ACTIONS and ends_with_answer(messages):
-        return "final"  # the same answers or build again: its message was answered already
     if repeated and ends_with_answer(messages):
-        return "final"  # the completion was answered already: a second answer would follow the first
+        # The completion (or the async answers, the plan to build) was answered already: a second
+        # answer would follow the first.
+        return "final"
     return "call"

@@ -168,7 +168,8 @@ class StartPoint:
     turn: TurnRecord
     staged: Message | None
     token_details: TokenDetails | None  # the client's meter, when it sent one
-    # A background completion whose every report was appended by an earlier run (a retry).
+    # An action whose every runtime message an earlier run appended (a retry): background
+    # completions, async answers, a plan to build.
     repeated: bool = False
 
 
@@ -220,14 +221,15 @@ async def start_point(
         )
         appended += head.version != before
     if plan.event:
-        now = wall_ms()
+        now, before = wall_ms(), head.version
         message = event_message(st, head.messages, runtime_template, iso_utc(now))
         head = await _append(store, st, head, message, now, event_id=message.event_id)
+        appended += head.version != before
     turn = planned_turn(st, plan)
     if turn is None:
         assert state is not None
         turn = await fetch_turn(kv, state.turns[-1], timeout_s)
-    repeated = bool(plan.completions) and not appended
+    repeated = (bool(plan.completions) or plan.event) and not appended
     return StartPoint(head, prior_turns, turn, staged, details, repeated)
 
 
