@@ -43,6 +43,12 @@ def summary(config: Config, url: str, *, pid: int, version: str, proxy: str | No
     ]
     if proxy is not None:
         lines.append(f"HTTPS proxy: {proxy}")
+    backends = [
+        *([f"web search ({config.search.kind}, {config.search.url})"] if config.search else []),
+        *([f"images ({config.images.model} at {config.images.base_url})"] if config.images else []),
+    ]
+    if backends:
+        lines.append(f"tool backends: {', '.join(backends)}")
     step = next_step(config)
     if step is not None:
         lines.append(step)

@@ -14,6 +14,7 @@ from byok.config_tools import BRAVE_URL, tool_backends
 from byok.cursor.tools.registry import build_registry
 from byok.model.request import ToolSpec
 from byok.run.deps import tool_setup
+from byok.startup_summary import summary
 
 
 def load(tmp_path: Path, text: str) -> object:
@@ -109,3 +110,17 @@ def test_a_reload_keeps_the_backends_until_a_restart(tmp_path: Path) -> None:
     effective, lines = reload_plan(old, new)  # type: ignore[arg-type]
     assert effective.search is None
     assert lines == ["kept until a restart: [search] changed"]
+
+
+def test_the_start_up_summary_names_the_backends(tmp_path: Path) -> None:
+    config = load(
+        tmp_path,
+        '[search]\nkind = "searxng"\nurl = "http://127.0.0.1:8888/search"\n'
+        '[images]\nbase_url = "https://api.example/v1"\nmodel = "img"\n',
+    )
+    text = summary(config, "http://127.0.0.1:8790", pid=1, version="0")  # type: ignore[arg-type]
+    assert (
+        "tool backends: web search (searxng, http://127.0.0.1:8888/search), images (img at https://api.example/v1)"
+        in text
+    )
+    assert "tool backends" not in summary(load(tmp_path, ""), "u", pid=1, version="0")  # type: ignore[arg-type]
