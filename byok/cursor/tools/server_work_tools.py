@@ -67,11 +67,9 @@ class _Served(Interaction):
         if isinstance(result, WorkFailed):
             return self.fail(result.message)
         outcome = self.worked(result)
-        return (
-            self.fail(f"protocol error: unexpected work result {type(result).__name__}")
-            if outcome is None
-            else self.finish(outcome)
-        )
+        if outcome is None:
+            return self.fail(f"protocol error: unexpected work result {type(result).__name__}")
+        return self.finish(outcome)
 
     # --- what the subclass says ---------------------------------------------------------------
     def _error(self, message: str) -> ToolOutcome:
