@@ -37,8 +37,8 @@ def status_body(
         "started_at_ms": started_ms,
         "config": config.source,
         "data_dir": str(config.server.data_dir),
-        "providers": [p.id for p in config.providers],
-        "models": [m.id for m in config.enabled_models()],
+        "providers": [p.id for p in service.deps.catalog.providers],
+        "models": [m.id for m in service.deps.catalog.enabled_models()],
         "upstream": {"url": config.server.upstream, "reachable": upstream_reachable},
         "accepting_runs": service.accepting,
         "active_runs": [

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Callable
 
 import attrs
+import trio
 
 from byok.config import Config
 from byok.console.catalog import Catalog, ConsoleEntries, model_config
@@ -57,6 +58,8 @@ class ConsoleState:
         self._wall_ms = wall_ms
         # Providers whose stored key does not open (another key file): listed, not served.
         self.unreadable: set[str] = set()
+        # One change at a time: each is checked against the catalog its write then replaces.
+        self._lock = trio.Lock()
 
     @classmethod
     async def open(
@@ -109,8 +112,33 @@ class ConsoleState:
                 "id", f"{kind} {entry_id!r} comes from the config file {file.source}: edit it there"
             )
 
-    # --- providers ------------------------------------------------------------------------------
+    # --- changes, one at a time -------------------------------------------------------------------
     async def put_provider(self, body: object, path_id: str | None = None) -> ProviderEntry:
+        async with self._lock:
+            return await self._put_provider(body, path_id)
+
+    async def delete_provider(self, pid: str) -> None:
+        async with self._lock:
+            await self._delete_provider(pid)
+
+    async def put_model(self, body: object, path_id: str | None = None) -> ModelEntry:
+        async with self._lock:
+            return await self._put_model(body, path_id)
+
+    async def delete_model(self, mid: str) -> None:
+        async with self._lock:
+            await self._delete_model(mid)
+
+    async def put_alias(self, body: object, path_id: str | None = None) -> AliasEntry:
+        async with self._lock:
+            return await self._put_alias(body, path_id)
+
+    async def delete_alias(self, aid: str) -> None:
+        async with self._lock:
+            await self._delete_alias(aid)
+
+    # --- providers ------------------------------------------------------------------------------
+    async def _put_provider(self, body: object, path_id: str | None = None) -> ProviderEntry:
         current = self.provider_entry(path_id) if path_id is not None else None
         if path_id is not None:
             self._read_only("provider", path_id)
@@ -130,7 +158,7 @@ class ConsoleState:
         await self._write("provider", entry, sealed)
         return entry
 
-    async def delete_provider(self, pid: str) -> None:
+    async def _delete_provider(self, pid: str) -> None:
         self._read_only("provider", pid)
         if self.provider_entry(pid) is None:
             raise _not_found("provider", pid)
@@ -140,7 +168,7 @@ class ConsoleState:
         await self._delete("provider", pid)
 
     # --- models ---------------------------------------------------------------------------------
-    async def put_model(self, body: object, path_id: str | None = None) -> ModelEntry:
+    async def _put_model(self, body: object, path_id: str | None = None) -> ModelEntry:
         current = self.model_entry(path_id) if path_id is not None else None
         if path_id is not None:
             self._read_only("model", path_id)
@@ -165,7 +193,7 @@ class ConsoleState:
         found = self.provider_entry(pid)
         return found[0].kind if found is not None else None
 
-    async def delete_model(self, mid: str) -> None:
+    async def _delete_model(self, mid: str) -> None:
         self._read_only("model", mid)
         if self.model_entry(mid) is None:
             raise _not_found("model", mid)
@@ -175,7 +203,7 @@ class ConsoleState:
         await self._delete("model", mid)
 
     # --- aliases --------------------------------------------------------------------------------
-    async def put_alias(self, body: object, path_id: str | None = None) -> AliasEntry:
+    async def _put_alias(self, body: object, path_id: str | None = None) -> AliasEntry:
         current = self.alias_entry(path_id) if path_id is not None else None
         if path_id is not None and current is None:
             raise _not_found("alias", path_id)
@@ -190,7 +218,7 @@ class ConsoleState:
         await self._write("alias", entry, None)
         return entry
 
-    async def delete_alias(self, aid: str) -> None:
+    async def _delete_alias(self, aid: str) -> None:
         if self.alias_entry(aid) is None:
             raise _not_found("alias", aid)
         await self._delete("alias", aid)

@@ -382,3 +382,34 @@ async def test_the_console_in_lan_mode(
             )
             assert other.status_code == 403
             assert (await client.get(lan.base_url + "/byok/")).status_code != 200  # no LAN credential
+
+
+async def test_console_entries_survive_a_restart_and_need_their_key_file(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    other, url = await _second_provider(nursery)
+    async with start_daemon(tmp_path, nursery) as d1, console_client(d1.base_url, d1.data_dir) as api:
+        body = {"id": "kept", "kind": "openai_chat", "base_url": url, "api_key": KEY}
+        assert (await api.post("/providers", json=body)).status_code == 201
+        model = {"id": "kept-m", "provider": "kept", "upstream_model": "up", "context_tokens": 1000}
+        assert (await api.post("/models", json=model)).status_code == 201
+        assert (await api.post("/aliases", json={"id": "kept-a", "targets": ["kept-m"]})).status_code == 201
+
+    async with start_daemon(tmp_path, nursery) as d2, console_client(d2.base_url, d2.data_dir) as api:
+        (provider,) = [p for p in (await api.get("/providers")).json()["providers"] if p["id"] == "kept"]
+        assert provider["key"] == "…abcd" and provider["key_unreadable"] is False
+        assert {"kept-m", "kept-a"} <= set((await api.get("/models")).json()["picker"])
+        other.enqueue(chat_text_script(["after the restart"]))
+        turn = user_turn("hi", conversation_id="cr", model_id="kept-a", message_id="m1")
+        tr = await d2.sim.run("req-r1", turn)
+        assert tr.end_stream == {} and tr.text() == "after the restart"
+        assert other.requests[-1].headers["authorization"] == f"Bearer {KEY}"  # decrypted again
+
+    (tmp_path / "data" / "console.key").unlink()  # the database without its key file
+    async with start_daemon(tmp_path, nursery) as d3, console_client(d3.base_url, d3.data_dir) as api:
+        (provider,) = [p for p in (await api.get("/providers")).json()["providers"] if p["id"] == "kept"]
+        assert provider["key_unreadable"] is True and provider["enabled"] is False
+        assert "kept-m" not in (await api.get("/models")).json()["picker"]
+        fixed = await api.patch("/providers/kept", json={"api_key": KEY, "enabled": True})
+        assert fixed.status_code == 200 and fixed.json()["key_unreadable"] is False
+        assert "kept-m" in (await api.get("/models")).json()["picker"]
