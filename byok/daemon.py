@@ -324,6 +324,8 @@ async def run_daemon(
                 await deps.renders.save_all(store)
             app.service.caches.close()
             await app.run_streams.drain_streams(STREAM_DRAIN_S)
+            if app.console is not None:  # its live streams never end by themselves
+                await app.console.end_live(STREAM_DRAIN_S)
             if stop_proxy is not None:
                 stop_proxy()
             stop_server()

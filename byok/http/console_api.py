@@ -27,9 +27,9 @@ from byok.http import console_http as ch
 from byok.http.asgi import ClientGone, Receive, Scope, Send, header
 from byok.http.console_openapi import openapi_document
 from byok.http.console_routes import ROUTES, ApiRequest, Handler, route
-from byok.run.call_feed import CallFeed, TooManySubscribers
+from byok.run.call_feed import CallFeed, FeedClosed, TooManySubscribers
 from byok.run.console_state import ConsoleState
-from byok.store import AsyncStore
+from byok.store import AsyncStore, StoreError
 
 log = logging.getLogger("byok.console")
 
@@ -55,6 +55,16 @@ class ControlApi:
         self.tokens = tokens
         self.feed = feed
         self.http = http
+        self._live_open = 0
+        self._live_done = trio.Event()
+
+    async def end_live(self, timeout_s: float) -> None:
+        """At shutdown: end the live streams and wait (at most ``timeout_s``) until their last
+        bytes are written, before the server stops."""
+        self.feed.close()
+        with trio.move_on_after(timeout_s):
+            while self._live_open:
+                await self._live_done.wait()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -81,6 +91,15 @@ class ControlApi:
         except FieldError as e:
             await ch.send_error(send, ch.field_error(e))
             return
+        except StoreError as e:  # the machine's (disk full, read-only), said as it is
+            await ch.send_error(send, ch.ApiError(503, "", f"byok's database failed: {e}"))
+            return
+        except ClientGone:
+            raise
+        except Exception as e:  # a bug: one JSON answer, the traceback in the log
+            log.exception("console: %s %s failed", scope.get("method"), scope.get("path"))
+            await ch.send_error(send, ch.ApiError(500, "", f"internal error: {type(e).__name__}"))
+            return
         if isinstance(answer, bytes):
             await ch.send_bytes(send, status, answer, "text/plain; charset=utf-8")
         else:
@@ -106,6 +125,10 @@ class ControlApi:
             channel = subscription.__enter__()
         except TooManySubscribers as e:
             raise ch.ApiError(429, "", str(e)) from None
+        except FeedClosed:
+            raise ch.ApiError(503, "", "byok is shutting down") from None
+        ended = False
+        self._live_open += 1
         try:
             await ch.start_stream(send, "text/event-stream")
             await send({"type": "http.response.body", "body": b": live\n\n", "more_body": True})
@@ -113,15 +136,25 @@ class ControlApi:
                 nursery.start_soon(_until_gone, receive, nursery.cancel_scope)
                 while True:
                     with trio.move_on_after(HEARTBEAT_S):
-                        item = await channel.receive()
+                        try:
+                            item = await channel.receive()
+                        except trio.EndOfChannel:  # shutdown: the stream ends, the page reconnects
+                            nursery.cancel_scope.cancel()
+                            ended = True
+                            break
                         data = f"event: call\ndata: {json.dumps(item, separators=(',', ':'))}\n\n"
                         await send({"type": "http.response.body", "body": data.encode(), "more_body": True})
                         continue
                     await send({"type": "http.response.body", "body": b": heartbeat\n\n", "more_body": True})
+            if ended:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
         except (ClientGone, OSError):
             pass
         finally:
             subscription.__exit__(None, None, None)
+            self._live_open -= 1
+            self._live_done.set()
+            self._live_done = trio.Event()
 
 
 async def _until_gone(receive: Receive, scope: trio.CancelScope) -> None:

@@ -21,10 +21,21 @@ class TooManySubscribers(Exception):
     pass
 
 
+class FeedClosed(Exception):
+    """The daemon is shutting down: no new subscribers."""
+
+
 class CallFeed:
     def __init__(self) -> None:
         self._subscribers: dict[trio.MemorySendChannel[dict[str, Any]], int] = {}
         self.dropped = 0
+        self.closed = False
+
+    def close(self) -> None:
+        """End every subscriber's stream (shutdown: an endless response would hold the server)."""
+        self.closed = True
+        for channel in self._subscribers:
+            channel.close()
 
     def publish(self, records: list[LlmCallRecord]) -> None:
         if not self._subscribers:
@@ -34,11 +45,13 @@ class CallFeed:
             for item in items:
                 try:
                     channel.send_nowait(item)
-                except (trio.WouldBlock, trio.BrokenResourceError):
+                except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
                     self.dropped += 1
 
     @contextlib.contextmanager
     def subscribe(self) -> Iterator[trio.MemoryReceiveChannel[dict[str, Any]]]:
+        if self.closed:
+            raise FeedClosed
         if len(self._subscribers) >= MAX_SUBSCRIBERS:
             raise TooManySubscribers(f"at most {MAX_SUBSCRIBERS} live streams at once")
         send, receive = trio.open_memory_channel[dict[str, Any]](SUBSCRIBER_BUFFER)

@@ -413,3 +413,22 @@ async def test_console_entries_survive_a_restart_and_need_their_key_file(
         fixed = await api.patch("/providers/kept", json={"api_key": KEY, "enabled": True})
         assert fixed.status_code == 200 and fixed.json()["key_unreadable"] is False
         assert "kept-m" in (await api.get("/models")).json()["picker"]
+
+
+async def test_live_streams_end_when_the_daemon_stops(tmp_path: Path, nursery: trio.Nursery) -> None:
+    ended = trio.Event()
+    async with httpx.AsyncClient(timeout=30) as client:
+        async with start_daemon(tmp_path, nursery) as daemon:
+            token = new_token(daemon.data_dir)
+
+            async def listen(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+                url = daemon.base_url + "/byok/api/calls/live"
+                async with client.stream("GET", url, headers={"authorization": f"Bearer {token}"}) as resp:
+                    task_status.started()
+                    async for _ in resp.aiter_lines():
+                        pass
+                ended.set()
+
+            await nursery.start(listen)
+        with trio.fail_after(5):  # not held open until the server's own timeout
+            await ended.wait()
