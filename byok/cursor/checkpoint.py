@@ -153,6 +153,7 @@ def build_checkpoint(
     todos: Sequence[Blob] = (),
     plan: PlanState | None = None,
     progress: tuple[str, agent.CommunicateUpdateTurnState] | None = None,
+    shell_turn: Sequence[Blob] = (),
 ) -> Checkpoint:
     """``root_of``: a message's root blob, with empty data when the client holds it already (such
     a blob is listed, not sent). ``roots``: the conversation's RootList, so a growing history
@@ -162,7 +163,9 @@ def build_checkpoint(
     (one encoded TodoItem each, folded from the history: cursor/todos.py). ``plan``: the
     conversation's current plan (cursor/plan_state.py), shown in ``plan`` (the id of its
     ConversationPlan blob) and ``plans``. ``progress``: a subagent's (parent Task call id,
-    progress folded from its UpdateCurrentStep calls)."""
+    progress folded from its UpdateCurrentStep calls). ``shell_turn``: the blobs of a user's
+    shell command's turn (cursor/user_shell.py), its structure last: listed as the last turn
+    (instead of ``turn``)."""
     system = system_root(system_prompt)
     entries, blobs = (roots or RootList()).entries(stable, root_of)
     blobs.insert(0, system)
@@ -173,6 +176,10 @@ def build_checkpoint(
         blobs += [Blob.of(turn.user_message), *turn.step_blobs(), structure]
         turns.append(structure.id)
         turn_id = structure.id
+    if shell_turn:
+        blobs += shell_turn
+        turns.append(shell_turn[-1].id)
+        turn_id = shell_turn[-1].id
     rest = agent.ConversationStateStructure(
         pending_tool_calls=[encode_root(m).decode() for m in pending],
         token_details=token_details,

@@ -11,6 +11,10 @@
   so far stays in the history, and nothing of the message is. Never dropped in silence.
 - Anything else (a resume, a summarize, a plan action sent beside the run): logged and left;
   those start runs of their own.
+
+A ``background_shell_action`` that arrives as a run_request of its own is handed to the
+conversation's live run as such a message (run/service.py), without starting a run: a new run
+would supersede the live one and stop the very shell it names.
 """
 
 from __future__ import annotations
@@ -58,3 +62,11 @@ def live_action(action: agent.ConversationAction) -> LiveAction:
             " model; send it again.",
         )
     return Ignore(f"conversation action {name or '(none)'} is not taken during a run")
+
+
+def background_shell_message(call_id: str) -> agent.AgentClientMessage:
+    """A ``background_shell_action`` that came as a run_request, as the message its run takes."""
+    action = agent.ConversationAction(
+        background_shell_action=agent.BackgroundShellAction(tool_call_id=call_id)
+    )
+    return agent.AgentClientMessage(conversation_action=action)

@@ -39,7 +39,8 @@ class RunStart:
     parent: tuple[str, str] = ("", "")
     # Per subagent type, the model its Task calls run on (an override, inherit, or disabled).
     subagent_model_overrides: tuple[agent.SubagentModelOverride, ...] = ()
-    # cancel_subagent_action's subagent id, background_subagent_action's Task call id.
+    # cancel_subagent_action's subagent id, background_subagent_action's Task call id,
+    # background_shell_action's Shell call id, shell_command_action's exec id.
     target: str = ""
     # The client asked for no UpdateCurrentStep tool (suppress_subagent_progress_update_tool).
     no_progress_tool: bool = False
@@ -136,6 +137,17 @@ def parse_run_request(
     elif isinstance(value, agent.BackgroundSubagentAction):
         if not value.tool_call_id:
             raise RunRequestError("invalid_argument", "background_subagent_action has no tool_call_id")
+        target = value.tool_call_id
+    elif isinstance(value, agent.ShellCommandAction):
+        # A command the user ran from the chat: a turn of its own (cursor/user_shell.py).
+        if value.shell_command is None or not value.shell_command.command.strip():
+            raise RunRequestError("invalid_argument", "shell_command_action has no command")
+        event = req.action
+        target = value.exec_id
+    elif isinstance(value, agent.BackgroundShellAction):
+        # Meant for the run whose Shell call it names (run/service.py hands it there).
+        if not value.tool_call_id:
+            raise RunRequestError("invalid_argument", "background_shell_action has no tool_call_id")
         target = value.tool_call_id
     else:
         raise RunRequestError("unimplemented", f"conversation action {action} is not supported yet")

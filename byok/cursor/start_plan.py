@@ -54,6 +54,9 @@ def plan_start(st: RunStart, head_version: int, appended: bool) -> StartPlan:
         return StartPlan(imports, False, True, (), "fetch" if st.client_state.turns else "empty")
     if st.action in EVENT_ACTIONS:
         return StartPlan(imports, False, False, (), "simulated", event=True)
+    if st.action == "shell_command_action":
+        # The user's command is a turn of its own, after the conversation as byok has it.
+        return StartPlan(imports, False, False, (), "empty")
     assert st.action == "background_task_completion_action", st.action
     finished = tuple(c for c in st.completions if is_subagent_finished(c))
     first = finished[0] if finished else st.completions[0]
@@ -85,11 +88,13 @@ CONTROL_ACTIONS = ("cancel_subagent_action", "background_subagent_action")
 
 def first_step(
     action: str, staged: Message | None, messages: tuple[Message, ...], *, repeated: bool = False
-) -> Literal["call", "tools", "final", "compact"]:
+) -> Literal["call", "tools", "final", "compact", "shell"]:
     """What the turn machine does first (its Begin's ``start``). ``repeated``: a background
     completion, async answers or a plan to build an earlier run already appended (a retry)."""
     if action == "summarize_action":
         return "compact"
+    if action == "shell_command_action":
+        return "shell"
     if action in CONTROL_ACTIONS:
         return "final"  # never a staged round again: the user asked about a subagent, not this turn
     if staged is not None:

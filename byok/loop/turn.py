@@ -16,6 +16,8 @@ Frame orders (seeds 000 §19, §21, §22.3):
   compaction: summary_started, summary deltas -> summary committed (a new root revision) ->
               summary_completed -> the turn's next call on the compacted history; a
               summarize_action run ends instead: turn_ended, the checkpoint three times
+  user shell: the Exec, its output deltas -> the runtime message committed -> turn_ended, the
+              checkpoint with the shell turn three times
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from byok.loop.turn_round import (
     run_tools,
     tool_done,
 )
+from byok.loop.turn_shell import run_user_shell, user_shell_done
 from byok.loop.turn_state import (
     Handler,
     LoopProtocolError,
@@ -94,6 +97,8 @@ def _begin(s: TurnState, b: Begin) -> Result:
         return call_model(s, [], gated=False)
     if b.start == "compact":
         return compact(s, [], gated=False)
+    if b.start == "shell":
+        return run_user_shell(s, b)
     if b.start == "tools":
         if b.staged is None or not b.staged.tool_calls:
             raise LoopProtocolError("a staged round to run again needs its assistant's calls")
@@ -188,6 +193,7 @@ _LIVE: tuple[Phase, ...] = (
     "final_publish",
     "compacting",
     "compact_commit",
+    "shell",
 )
 _INPUTS: tuple[type, ...] = (
     Begin,
@@ -220,8 +226,9 @@ TABLE: dict[tuple[Phase, type], Handler] = {
     ("compacting", ModelFailed): summary_failed,
     ("compacting", Published): settled_published,
     ("compact_commit", Committed): summary_committed,
+    ("shell", ToolDone): user_shell_done,
     # A result of an earlier round's call, arriving late: not this round's.
-    **{(p, ToolDone): _ignore for p in _LIVE if p != "tools"},
+    **{(p, ToolDone): _ignore for p in _LIVE if p not in ("tools", "shell")},
     **{(p, Fault): _fault for p in _LIVE},
     **{(p, Cancel): _cancel for p in _LIVE},
     # Once the end is decided, a late cancel or result changes nothing (the outcome is sent).

@@ -46,6 +46,7 @@ Phase = Literal[
     "final_publish",  # the final checkpoints are being published
     "compacting",  # a compaction call streams the summary
     "compact_commit",  # the summary is being committed as the new history
+    "shell",  # the command the user ran from the chat runs (shell_command_action)
     "ended",
 ]
 

@@ -102,6 +102,9 @@ class FinalCheckpoints:
     usage: Usage | None
     # A compaction run's end (summarize_action): the compacted checkpoint three times.
     compacted: bool = False
+    # A user's shell command's end (shell_command_action): its outcome, opaque here (the run
+    # layer makes the shell turn of it); the checkpoint with that turn three times.
+    shell: object = None
 
 
 @attrs.frozen
@@ -118,7 +121,7 @@ Ahead = StagedCheckpoint | FinalCheckpoints | ResultBlobs
 
 # --- inputs ------------------------------------------------------------------------------------
 
-Start = Literal["call", "tools", "final", "compact"]
+Start = Literal["call", "tools", "final", "compact", "shell"]
 
 
 @attrs.frozen
@@ -273,6 +276,11 @@ class RunTools:
 
 
 @attrs.frozen
+class RunShellCommand:
+    """Run the command the user ran from the chat (shell_command_action); it ends as a ToolDone."""
+
+
+@attrs.frozen
 class UseMode:
     """From the next model call on, use ``mode``'s prompt and tools (and record it in checkpoints)."""
 
@@ -302,5 +310,16 @@ class End:
 
 
 Command = (
-    CallModel | Show | Flush | Commit | Publish | Reveal | RunTools | UseMode | ShowToolDone | CallUsage | End
+    CallModel
+    | Show
+    | Flush
+    | Commit
+    | Publish
+    | Reveal
+    | RunTools
+    | RunShellCommand
+    | UseMode
+    | ShowToolDone
+    | CallUsage
+    | End
 )

@@ -89,12 +89,13 @@ def group_foreign_rounds(messages: list[Message]) -> list[Message]:
     return out
 
 
-async def fetch_turn(kv: KvLink, turn_id: bytes, timeout_s: float) -> TurnRecord:
-    """The client's copy of an unfinished turn, so a resumed run keeps adding to it."""
+async def fetch_turn(kv: KvLink, turn_id: bytes, timeout_s: float) -> TurnRecord | None:
+    """The client's copy of an unfinished turn, so a resumed run keeps adding to it; None when
+    the last turn is no agent turn (a shell command the user ran: it is over, nothing to add)."""
     (data,) = await _get_all(kv, [turn_id], timeout_s)
     structure = turn_structure(data)
     if structure is None:
-        raise _fail("failed_precondition", "the client's last turn is not an agent turn")
+        return None
     parts = await _get_all(kv, [structure.user_message, *structure.steps], timeout_s)
     return TurnRecord(structure.request_id, parts[0], tuple(parts[1:]))
 

@@ -17,8 +17,9 @@ import trio
 
 from byok.config import Config
 from byok.console.catalog import Catalog
+from byok.cursor.live_actions import background_shell_message
 from byok.cursor.request import RunRequestError, RunStart
-from byok.loop.turn_values import Failed
+from byok.loop.turn_values import Failed, Succeeded
 from byok.run.conversation import ActiveRun, Supervisors
 from byok.run.conversation_caches import ConversationCaches
 from byok.run.deps import RunDeps
@@ -96,8 +97,36 @@ class RunService:
             log.warning("request %s not started: %s: %s", slot.request_id, e.code, e.message)
             self.refuse(slot, failure)
             return failure
+        if start.action == "background_shell_action":
+            return self._to_live_run(slot, start)
         slot.run_started = True
         self.nursery.start_soon(self._run, slot, start, self.deps)  # the deps it was accepted under
+        return None
+
+    def _to_live_run(self, slot: RunSlot, start: RunStart) -> Failed | None:
+        """background_shell_action as a run_request: the conversation's live run moves its shell
+        to the background; this request's stream ends at once, ``{}``, or an error saying no run
+        of the conversation is live (its shell call ended with its run)."""
+        sup = self.supervisors.peek(start.conversation_id)
+        active = None if sup is None else sup.active
+        live = None if active is None else self.registry.get(active.request_id)
+        if live is None or live.closed:
+            failure = Failed(
+                "failed_precondition",
+                f"background_shell_action: no run of conversation {start.conversation_id} is live, so"
+                f" shell call {start.target} is not running in byok",
+            )
+            self.refuse(slot, failure)
+            return failure
+        log.info(
+            "request %s: moving shell call %s of run %s to the background",
+            slot.request_id,
+            start.target,
+            live.request_id,
+        )
+        live.deliver(background_shell_message(start.target))
+        slot.close(Succeeded())
+        self.nursery.start_soon(self._linger, slot)
         return None
 
     def _cancel_subagent(self, subagent_id: str) -> None:

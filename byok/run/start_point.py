@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 import attrs
 
 from byok.cursor.background import completion_event_id, completion_message
-from byok.cursor.checkpoint import ClientState, TurnRecord
+from byok.cursor.checkpoint import ClientState, TurnRecord, empty_turn
 from byok.cursor.interaction_actions import event_message
 from byok.cursor.prompting import ModeAssets, build_runtime_message
 from byok.cursor.request import RunStart
@@ -229,6 +229,8 @@ async def start_point(
     if turn is None:
         assert state is not None
         turn = await fetch_turn(kv, state.turns[-1], timeout_s)
+        if turn is None:  # the last turn was a user's shell command: a new turn follows it
+            prior_turns, turn = tuple(state.turns), empty_turn(st.request_id)
     repeated = (bool(plan.completions) or plan.event) and not appended
     return StartPoint(head, prior_turns, turn, staged, details, repeated)
 

@@ -39,6 +39,8 @@ from byok.cursor.tools.base import ArgsStream, ToolDef, ToolOutcome
 from byok.cursor.tools.error_cards import unknown_tool_call
 from byok.cursor.tools.modes import ModeSwitch
 from byok.cursor.tools.subagent_tools import progress
+from byok.cursor.user_shell import execution as user_shell_execution
+from byok.cursor.user_shell import shell_turn, user_command
 from byok.loop import emits as em
 from byok.loop.compaction import kept_tail, summary_count, summary_text
 from byok.loop.turn_values import (
@@ -63,6 +65,7 @@ from byok.loop.turn_values import (
     Published,
     ResultBlobs,
     Reveal,
+    RunShellCommand,
     RunTools,
     SettledCheckpoint,
     Show,
@@ -130,6 +133,10 @@ class TurnEffects:
                 self._reveal(kind)
             case RunTools():
                 self._run_tools(command)
+            case RunShellCommand():
+                c = self.ctx
+                cmd = user_command(c.start.event_action, c.start.request_id)
+                c.router.begin(cmd.exec_id, "", user_shell_execution(cmd, c.tool_env))
             case UseMode(mode=mode):
                 c = self.ctx
                 c.mode, c.agent_mode, c.tool_env.mode = mode, mode_value(mode), mode
@@ -333,6 +340,12 @@ class TurnEffects:
     ) -> tuple[Checkpoint, ...]:
         if isinstance(checkpoint, SettledCheckpoint):
             return (self._checkpoint(self.ctx.head.messages, [], checkpoint.steps),)
+        if isinstance(checkpoint, FinalCheckpoints) and checkpoint.shell is not None:
+            # A user's shell command: the checkpoint listing its turn, the same three times.
+            assert isinstance(checkpoint.shell, ToolOutcome)
+            cmd = user_command(self.ctx.start.event_action, self.ctx.start.request_id)
+            shell = self._checkpoint(self.ctx.head.messages, [], (), shell_turn(cmd, checkpoint.shell))
+            return shell, shell
         if isinstance(checkpoint, FinalCheckpoints) and checkpoint.compacted:
             # A compaction run's end: the compacted history's checkpoint, the same three times.
             compacted = self._checkpoint(self.ctx.head.messages, [], checkpoint.steps)
@@ -393,7 +406,11 @@ class TurnEffects:
 
     # --- checkpoints -------------------------------------------------------------------------------
     def _checkpoint(
-        self, stable: tuple[Message, ...], pending: list[Message], steps: tuple[Step, ...]
+        self,
+        stable: tuple[Message, ...],
+        pending: list[Message],
+        steps: tuple[Step, ...],
+        shell: tuple[Blob, ...] = (),
     ) -> Checkpoint:
         c = self.ctx
         first = stable[0] if stable else None
@@ -403,7 +420,7 @@ class TurnEffects:
             stable=stable,
             pending=pending,
             prior_turns=c.prior_turns,
-            turn=self._turn_of(steps),
+            turn=None if shell else self._turn_of(steps),
             token_details=c.details,
             mode=c.agent_mode,
             root_of=c.memory.root_of,
@@ -411,6 +428,7 @@ class TurnEffects:
             summary=summary_text(first) if first is not None and first.origin == "summary" else None,
             summaries=summary_count(stable),
             todos=todos.blobs(todos.todos(stable)),
+            shell_turn=shell,
             plan=current_plan(stable),
             progress=self._progress(stable, pending),
         )

@@ -150,6 +150,26 @@ def test_subagent_actions_without_a_target_are_invalid(action: agent.Conversatio
     assert error_of(request(action=action)).code == "invalid_argument"
 
 
+def test_shell_actions_name_their_command_and_call() -> None:
+    shell = agent.ShellCommandAction(shell_command=agent.ShellCommand(command="ls -la"), exec_id="x-7")
+    start = parse_run_request("r", request(action=agent.ConversationAction(shell_command_action=shell)))
+    assert start.action == "shell_command_action" and start.target == "x-7"
+    assert (
+        start.event_action is not None
+        and start.event_action.shell_command_action.shell_command.command == "ls -la"
+    )
+    empty = agent.ShellCommandAction(shell_command=agent.ShellCommand(command="  "))
+    assert (
+        error_of(request(action=agent.ConversationAction(shell_command_action=empty))).code
+        == "invalid_argument"
+    )
+    bg = agent.BackgroundShellAction(tool_call_id="call_1")
+    start = parse_run_request("r", request(action=agent.ConversationAction(background_shell_action=bg)))
+    assert (start.action, start.target) == ("background_shell_action", "call_1")
+    nameless = agent.ConversationAction(background_shell_action=agent.BackgroundShellAction())
+    assert error_of(request(action=nameless)).code == "invalid_argument"
+
+
 def test_resume_action_carries_its_request_context() -> None:
     ctx = agent.RequestContext(env=agent.RequestContextEnv(os_version="linux"))
     start = parse_run_request(

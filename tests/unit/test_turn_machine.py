@@ -44,6 +44,7 @@ from byok.loop.turn_values import (
     Published,
     ResultBlobs,
     Reveal,
+    RunShellCommand,
     RunTools,
     SettledCheckpoint,
     Show,
@@ -448,3 +449,22 @@ def test_an_empty_summary_fails_the_run_and_commits_nothing() -> None:
     s, out = run(s, summary_call("  "), ModelEnded())
     assert not any(isinstance(c, Commit) for c in out)
     assert isinstance(out[-1], End) and "no summary" in out[-1].outcome.message
+
+
+# --- a user's shell command (shell_command_action) --------------------------------------------
+
+
+def test_a_user_shell_command_runs_commits_its_output_and_publishes_its_turn() -> None:
+    s, out = transition(TurnState(), attrs.evolve(BEGIN, start="shell"))
+    assert out == [RunShellCommand()] and s.phase == "shell"
+    assert transition(s, Cancel())[1] == [End(Canceled(), None)]
+    s, out = transition(s, ToolDone("x-1", "The user ran a command in the shell:\n$ ls", False, "outcome"))
+    (commit,) = out
+    message = commit.messages[0]
+    assert (message.role, message.origin, message.event_id) == ("user", "runtime", f"user-shell:{RID}")
+    assert message.text.endswith("$ ls") and commit.ahead is None
+    final = FinalCheckpoints(steps=(), answer=None, usage=None, shell="outcome")
+    s, out = transition(s, Committed())
+    assert out == [Publish(final)]
+    s, out = transition(s, Published("final"))
+    assert out == [Reveal("final"), End(Succeeded(), None)]
