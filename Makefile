@@ -29,7 +29,7 @@ run: $(RUN_STAMP)
 # here when it is missing.
 test: $(STAMP)
 	command -v systemd-analyze >/dev/null || { command -v apt-get >/dev/null && \
-		apt-get update -q && apt-get install -y -q --no-install-recommends systemd; } || true
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends systemd; } || true
 	test -x /usr/bin/chromium || { apt-get update -q && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
 	$(BIN)/ruff check byok tests tools
