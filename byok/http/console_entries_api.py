@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from byok.config import ModelConfig, ProviderConfig
+from byok.config import ConfigError, ModelConfig, ProviderConfig
 from byok.console.catalog import provider_config
 from byok.console.entries import AliasEntry, ModelEntry, ProviderEntry
 from byok.http import console_http as ch
@@ -22,12 +22,11 @@ if TYPE_CHECKING:
 
 
 def _file_provider_json(p: ProviderConfig, source: str) -> dict[str, Any]:
-    key = None
     try:
         value = p.api_key()
-        key = "…" + value[-4:] if value else None
-    except Exception:
-        key = None
+    except ConfigError:  # api_key_env unset where the daemon runs: key_env says which
+        value = None
+    key = "…" + value[-4:] if value else None
     return {
         "id": p.id,
         "kind": p.kind,
@@ -111,7 +110,7 @@ async def discover_models(api: ControlApi, req: ApiRequest) -> tuple[int, Any]:
         models = await discover(api.http, provider)
     except ProbeError as e:
         raise ch.ApiError(502, "", f"provider {provider.id!r}: {e}") from None
-    except Exception as e:  # an unset api_key_env
+    except ConfigError as e:  # an unset api_key_env
         raise ch.ApiError(409, "", str(e)) from None
     return 200, {"provider": provider.id, "models": models}
 

@@ -10,7 +10,7 @@ from typing import Any, Final
 import httpx
 import trio
 
-from byok.config import ProviderConfig
+from byok.config import ConfigError, ProviderConfig
 from byok.model.events import ProviderError, TextDelta, ThinkingDelta, UsageReported
 from byok.model.request import ModelRequest, ModelSettings, UserTurn
 from byok.providers.adapters import adapter_for
@@ -81,7 +81,7 @@ async def test_call(http: httpx.AsyncClient, provider: ProviderConfig, upstream_
     adapter = adapter_for(provider.kind)
     try:
         api_key = provider.api_key()
-    except Exception as e:  # an unset api_key_env
+    except ConfigError as e:  # an unset api_key_env
         return {"ok": False, "error": str(e)}
     # The Responses API refuses a limit under 16.
     limit = 16 if provider.kind == OPENAI_RESPONSES else 1

@@ -49,6 +49,19 @@ async def test_every_route_wants_the_token(daemon: Daemon, method: str, path: st
     assert not any(k.lower().startswith("access-control-") for k in wrong.headers)
 
 
+@pytest.mark.parametrize(("method", "path"), [r for r in ALL_ROUTES if r[1] != "/calls/live"])
+async def test_every_route_answers_the_right_token_in_json(
+    api: httpx.AsyncClient, method: str, path: str
+) -> None:
+    body = {} if method in ("POST", "PATCH") else None
+    r = await api.request(method, path, json=body)
+    assert r.status_code != 401, r.text
+    answer = r.json() if r.headers["content-type"] == "application/json" else None
+    assert answer is not None or r.status_code == 200
+    if r.status_code >= 400:  # made-up ids and empty bodies: refused, naming what is wrong
+        assert set(answer["error"]) == {"field", "message"} and answer["error"]["message"]
+
+
 async def test_routes_answer_with_the_token(daemon: Daemon, api: httpx.AsyncClient) -> None:
     for path in ("/providers", "/models", "/aliases", "/calls", "/conversations", "/usage", "/setup"):
         r = await api.get(path)
