@@ -26,11 +26,11 @@ run: $(RUN_STAMP)
 # tests/integration/test_service.py checks the systemd unit `byok service install` writes with
 # systemd-analyze (Debian's systemd package); installed here when apt-get can.
 # tests/browser drives Debian's chromium with Playwright (never a downloaded browser): installed
-# here when it is missing.
+# here when it is missing (where there is no apt-get, those tests say they are skipped).
 test: $(STAMP)
 	command -v systemd-analyze >/dev/null || { command -v apt-get >/dev/null && \
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends systemd; } || true
-	test -x /usr/bin/chromium || { apt-get update -q && \
+	test -x /usr/bin/chromium || ! command -v apt-get >/dev/null || { apt-get update -q && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium; }
 	$(BIN)/ruff check byok tests tools
 	$(BIN)/python -m pytest -q tests --ignore=tests/bench
