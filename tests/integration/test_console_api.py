@@ -17,7 +17,13 @@ from byok.devtools.cursor_sim import user_turn
 from byok.http.console_routes import ROUTES
 from tests.integration.conftest import Daemon, start_daemon
 from tests.support.console_client import console_client, wait_calls
-from tests.support.fake_provider import FakeProvider, chat_text_script, error_script
+from tests.support.fake_provider import (
+    FakeProvider,
+    anthropic_text_script,
+    chat_text_script,
+    error_script,
+    responses_text_script,
+)
 
 KEY = "sk-console-secret-0123456789abcd"
 
@@ -445,3 +451,27 @@ async def test_live_streams_end_when_the_daemon_stops(tmp_path: Path, nursery: t
             await nursery.start(listen)
         with trio.fail_after(5):  # not held open until the server's own timeout
             await ended.wait()
+
+
+@pytest.mark.parametrize("kind", ["anthropic", "openai_responses"])
+async def test_discovery_and_test_call_per_kind(
+    api: httpx.AsyncClient, nursery: trio.Nursery, kind: str
+) -> None:
+    other, url = await _second_provider(nursery)
+    base = url.removesuffix("/v1") if kind == "anthropic" else url  # Anthropic's base has no /v1
+    other.models = [{"id": "m-1", "display_name": "Model One", "max_input_tokens": 200000}]
+    made = await api.post("/providers", json={"id": "k", "kind": kind, "base_url": base, "api_key": KEY})
+    assert made.status_code == 201
+    found = (await api.post("/providers/k/discover")).json()["models"]
+    assert found == [{"id": "m-1", "context_window": 200000, "display_name": "Model One"}]
+    listed = other.requests[-1]
+    assert listed.method == "GET" and listed.path.split("?")[0] == "/v1/models"
+    auth = listed.headers.get("x-api-key") if kind == "anthropic" else listed.headers.get("authorization")
+    assert auth in (KEY, f"Bearer {KEY}")
+    script = anthropic_text_script(["OK"]) if kind == "anthropic" else responses_text_script(["OK"])
+    other.enqueue(script)
+    tested = (await api.post("/providers/k/test", json={"model": "m-1"})).json()
+    assert tested["ok"] is True and tested["text"] == "OK" and tested["output_tokens"] == 5
+    sent = other.requests[-1].json
+    limit = sent["max_tokens"] if kind == "anthropic" else sent["max_output_tokens"]
+    assert (sent["model"], limit) == ("m-1", 1 if kind == "anthropic" else 16)
