@@ -47,6 +47,15 @@ def test_a_running_command_has_no_footer_and_an_error_footer_says_why() -> None:
     assert unknown.ended and unknown.exit_code is None and unknown.tail == "out"
 
 
+def test_a_dash_line_in_the_output_holds_back_only_what_may_be_a_footer() -> None:
+    tail = fed(HEADER + b"# Report\n---\nServer ready\nmore", pattern="ready")
+    assert tail.match == "ready"  # not held back: "Server ready" is no footer line
+    for partial in (b"\n---\nexit_co", b"\n---\nexit_code: 0\nelapsed_ms: 12\nend", b"\n---\n"):
+        held = fed(HEADER + b"out" + partial, pattern="exit")
+        assert held.match is None, partial  # may still be the footer: not searched yet
+        assert held.view().tail == ("out" + partial.decode()), partial  # but shown
+
+
 def test_the_pattern_matches_across_reads_and_the_tail_is_capped() -> None:
     view = fed(HEADER + b"Starting...\nServing HTTP on 0.0.0.0 po", b"rt 8000\n", pattern=r"port \d+").view()
     assert view.match == "port 8000"

@@ -44,6 +44,34 @@ class TerminalView:
     match: str | None = None  # the first text the pattern matched
 
 
+# The footer's lines after its "---", in order: (a line that fits, the lines that may follow it).
+_FOOTER_LINES: dict[str, tuple[re.Pattern[bytes], tuple[str, ...]]] = {
+    "code": (re.compile(rb"exit_code: (?:-?\d+|unknown)|error: .*"), ("elapsed", "ended")),
+    "elapsed": (re.compile(rb"elapsed_ms: \d+"), ("ended",)),
+    "ended": (re.compile(rb"ended_at: .*"), ("close",)),
+    "close": (re.compile(rb"---"), ()),
+}
+_STARTS = {"code": (b"exit_code: ", b"error: "), "elapsed": (b"elapsed_ms: ",), "ended": (b"ended_at: ",)}
+
+
+def _footer_prefix(rest: bytes) -> bool:
+    """Whether ``rest`` (what follows a "\\n---\\n") may be the start of a footer's lines."""
+    *complete, partial = rest.split(b"\n")
+    allowed: tuple[str, ...] = ("code",)
+    for line in complete:
+        kind = next((k for k in allowed if _FOOTER_LINES[k][0].fullmatch(line)), None)
+        if kind is None:
+            return False
+        allowed = _FOOTER_LINES[kind][1]
+    if not partial:
+        return bool(allowed)
+    for kind in allowed:
+        for start in _STARTS.get(kind, (b"---",)):
+            if start.startswith(partial) or partial.startswith(start):
+                return True
+    return False
+
+
 class TerminalTail:
     def __init__(self, pattern: re.Pattern[str] | None) -> None:
         self._pattern = pattern
@@ -95,12 +123,13 @@ class TerminalTail:
         del self._raw[: len(self._raw) - keep]
 
     def _held_back(self) -> int:
-        """How many trailing bytes might be the start of a footer (from its "\\n---\\n")."""
+        """How many trailing bytes may still turn out to be a footer (from its "\\n---\\n"); a
+        "---" line of the output followed by anything a footer cannot hold is output at once."""
         at = self._raw.rfind(b"\n---\n", max(0, len(self._raw) - _FOOTER_MAX))
-        if at >= 0:
+        if at >= 0 and _footer_prefix(bytes(self._raw[at + 5 :])):
             return len(self._raw) - at
-        for n in (4, 3, 2, 1):  # a partial "\n---" at the very end
-            if self._raw.endswith(b"\n---"[:n]):
+        for n in (5, 4, 3, 2, 1):  # a partial "\n---\n" at the very end
+            if self._raw.endswith(b"\n---\n"[:n]):
                 return n
         return 0
 
