@@ -38,6 +38,14 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m pytest -q tests/bench -s
 
+# byok against LiteLLM's proxy in one run, in front of the same fake provider (not part of `make test`
+# or `make bench`): LiteLLM goes into a virtualenv of its own, outside the project's dependencies.
+# Results are recorded in docs/performance.md.
+PEERS_VENV ?= .venv-peers
+.PHONY: bench-peers
+bench-peers: $(STAMP)
+	$(BIN)/python -m tools.bench_peers --venv $(PEERS_VENV)
+
 # Long fuzz run, not part of `make test`: the properties of tests/fuzz with FUZZ_EXAMPLES examples
 # per target (30 targets x 40,000 ~ 1.2 x 10^6). Results are recorded in docs/fuzzing.md.
 FUZZ_EXAMPLES ?= 40000

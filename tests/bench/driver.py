@@ -438,7 +438,9 @@ def batched(events: Sequence[bytes], per_chunk: int) -> list[bytes]:
 # --- direct provider baseline -------------------------------------------------------------------
 
 
-async def direct_first_content(client: httpx.AsyncClient, url: str, body: bytes) -> float:
+async def direct_first_content(
+    client: httpx.AsyncClient, url: str, body: bytes, headers: dict[str, str] | None = None
+) -> float:
     """Seconds from starting a streaming POST to the provider until the first chunk carrying a
     non-empty ``content`` delta arrives (the same event the daemon turns into its first text_delta)."""
     start = time.monotonic()
@@ -447,7 +449,7 @@ async def direct_first_content(client: httpx.AsyncClient, url: str, body: bytes)
         "POST",
         url + "/chat/completions",
         content=body,
-        headers={"content-type": "application/json", "accept": "text/event-stream"},
+        headers={"content-type": "application/json", "accept": "text/event-stream", **(headers or {})},
     ) as resp:
         buf = b""
         async for chunk in resp.aiter_bytes():
