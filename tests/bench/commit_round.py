@@ -4,11 +4,21 @@
 from __future__ import annotations
 
 import json
+import statistics
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import attrs
 
+from byok.cursor import encode, proto_decode
+from byok.cursor.checkpoint import root_blob
+from byok.http.bidi_append import parse_client_message
+from byok.http.connect_envelope import decode_unary_body, encode_frame
+from byok.model.messages import Message
 from byok.pb.agent import v1 as agent
+from byok.pb.aiserver import v1 as aiserver
+from byok.store import SQLiteStore
 from tests.bench.common import turn_request
 from tests.bench.driver import PREFIX, Bench
 from tests.support.fake_provider import chat_text_script, chat_tool_script
@@ -23,12 +33,64 @@ def big_file(path: Path, rep: int) -> None:
 
 
 @attrs.frozen
+class Parts:
+    """The daemon's steps between the big result's append and its card, timed in this process with
+    byok's own functions on the same bytes (medians of 3)."""
+
+    unwrap: float  # Connect body -> BidiAppendRequest (its 4.4 MB hex string decoded as UTF-8)
+    hex: float  # bytes.fromhex of the data
+    proto: float  # the AgentClientMessage it holds (proto_decode, checks)
+    commit: float  # the result message's root blob (encode + SHA-256) and its SQLite append (FULL)
+    card: float  # the tool_call_completed frame around the card's bytes, in its Connect envelope
+    card_bytes: int
+
+
+def timed3(fn: Callable[[], object]) -> float:
+    times = []
+    for _ in range(3):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def split_parts(body: bytes, card: agent.ToolCall, content: str, store_dir: Path) -> Parts:
+    """Each step of the daemon's path from the append to the card, on the bytes it handled."""
+    raw = decode_unary_body(body, "application/proto", None, max_bytes=64 << 20)
+    req = proto_decode.parse(aiserver.BidiAppendRequest, raw)
+    unwrap = timed3(
+        lambda: proto_decode.parse(
+            aiserver.BidiAppendRequest, decode_unary_body(body, "application/proto", None, max_bytes=64 << 20)
+        )
+    )
+    data = bytes.fromhex(req.data)
+    hex_s = timed3(lambda: bytes.fromhex(req.data))
+    msg = parse_client_message(data)
+    assert msg is not None
+    proto = timed3(lambda: parse_client_message(data))
+    ui = bytes(card)
+    frames = [0]
+
+    def commit() -> None:
+        message = Message(role="tool", origin="tool", text=content, tool_call_id="call_big", tool_name="Read")
+        root_blob(message)
+        with SQLiteStore.open_in(store_dir / f"c{frames[0]}") as store:
+            frames[0] += 1
+            store.append("c", 0, [message], 1)
+
+    commit_s = timed3(commit)
+    card_s = timed3(lambda: encode_frame(encode.tool_call_completed("call_big", ui, "mc")))
+    return Parts(unwrap, hex_s, proto, commit_s, card_s, len(ui))
+
+
+@attrs.frozen
 class CommitSample:
     commit: float  # last result append sent -> settled checkpoint frame
     upload: float  # that append's POST until its 200
     to_completed: float  # append sent -> the big call's tool_call_completed frame
     set_bytes: int  # blob bytes SET between the result and the settled checkpoint
     follow_up: float  # settled checkpoint -> the provider answering the next request
+    parts: Parts | None = None
 
 
 # The big result is sent last (the small ones are committed by then): the worst case.
@@ -36,7 +98,7 @@ def hold_big(m: agent.ExecServerMessage) -> float:
     return 0.3 if m.exec_id == "call_big" else 0.0
 
 
-async def commit_round(b: Bench, ws: Path, rep: int) -> CommitSample:
+async def commit_round(b: Bench, ws: Path, rep: int, split: bool = False) -> CommitSample:
     """One turn: 8 parallel Reads (7 small, 1 of 2.2 MB answered last), then a text answer."""
     big = ws / f"big{rep}.txt"
     big_file(big, rep)
@@ -72,7 +134,13 @@ async def commit_round(b: Bench, ws: Path, rep: int) -> CommitSample:
     # The fake provider answers as soon as it has read a request: its first chunk's time is
     # when the follow-up request (with the 2.2 MB result in it) had arrived.
     follow_up = b.provider.chunk_times[idx + 1][0] - settled.at
+    parts = None
+    if split and last.body is not None:
+        card = done.message.interaction_update.tool_call_completed.tool_call
+        assert card is not None
+        parts = split_parts(last.body, card, big.read_text(), ws.parent / f"split-{rep}")
     return CommitSample(
+        parts=parts,
         follow_up=follow_up,
         commit=settled.at - last.sent_at,
         upload=last.done_at - last.sent_at,

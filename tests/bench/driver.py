@@ -77,6 +77,7 @@ class AppendRecord:
     sent_at: float  # monotonic time the POST started (after the client encoded the body)
     done_at: float  # monotonic time the daemon's response arrived
     size: int  # request body bytes
+    body: bytes | None = None  # the body itself, kept for appends of 1 MB or more (bench 4 splits it)
 
 
 class TimedSim(CursorSim):
@@ -100,7 +101,8 @@ class TimedSim(CursorSim):
             content=body,
             headers={"content-type": "application/proto", "connect-protocol-version": "1"},
         )
-        self.append_log.append(AppendRecord(request_id, seqno, kind, sent, time.monotonic(), len(body)))
+        kept = body if len(body) >= 1_000_000 else None
+        self.append_log.append(AppendRecord(request_id, seqno, kind, sent, time.monotonic(), len(body), kept))
         return resp
 
     def run_request_sent(self, request_id: str) -> float:
