@@ -87,7 +87,13 @@ class TimedSim(CursorSim):
         super().__init__(*args, **kwargs)
         self.append_log: list[AppendRecord] = []
 
-    async def append(self, request_id: str, seqno: int, msg: agent.AgentClientMessage) -> httpx.Response:
+    async def append(
+        self,
+        request_id: str,
+        seqno: int,
+        msg: agent.AgentClientMessage,
+        headers: dict[str, str] | None = None,
+    ) -> httpx.Response:
         req = aiserver.BidiAppendRequest(
             data=bytes(msg).hex(),
             request_id=aiserver.BidiRequestId(request_id=request_id),
@@ -99,7 +105,7 @@ class TimedSim(CursorSim):
         resp = await self.client.post(
             self.base_url + "/aiserver.v1.BidiService/BidiAppend",
             content=body,
-            headers={"content-type": "application/proto", "connect-protocol-version": "1"},
+            headers={"content-type": "application/proto", "connect-protocol-version": "1", **(headers or {})},
         )
         kept = body if len(body) >= 1_000_000 else None
         self.append_log.append(AppendRecord(request_id, seqno, kind, sent, time.monotonic(), len(body), kept))
@@ -296,7 +302,9 @@ def _config(root: Path, provider_url: str, cache_bytes: int | None = None) -> tu
     server = "kv_ack_timeout_s = 60.0"
     if cache_bytes is not None:
         server += f"\ncache_bytes = {cache_bytes}"
-    cfg.write_text(cfg.read_text().replace("kv_ack_timeout_s = 5.0", server))
+    # A context window no benchmark's history fills (bench 4's 2.2 MB result would be compacted).
+    text = cfg.read_text().replace("kv_ack_timeout_s = 5.0", server)
+    cfg.write_text(text.replace("context_tokens = 128000", "context_tokens = 10000000"))
     return cfg, data_dir
 
 
