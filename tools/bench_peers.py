@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import os
 import shutil
 import socket
@@ -47,6 +48,7 @@ GOAL_TTFT = 0.25  # byok's added TTFT p50 at most this share of LiteLLM's
 GOAL_DELAY = 0.25  # byok's p99 added inter-event delay at most this share of LiteLLM's
 DELAY_LIMIT_S = 0.020  # the added delay a load must keep at p99 to count as sustained
 GAP_S = 0.02  # the provider's gap between deltas: 50 deltas/s per run
+STREAM_TIMEOUT_S = 300.0  # a stream silent this long has failed (the VM may be very busy)
 MODEL = "gpt-test"  # the upstream model byok's bench config names; LiteLLM's alias of it
 # LiteLLM refuses to start without a strong master key; every request carries it.
 MASTER_KEY = "sk-" + "0123456789abcdef" * 4
@@ -171,18 +173,31 @@ async def ttft(b: Bench, litellm: str, n: int) -> tuple[list[float], list[float]
 # --- concurrency --------------------------------------------------------------------------------
 
 
+async def litellm_at_load(
+    provider: TimedProvider, litellm: str, runs: int, deltas: int, tag: str
+) -> tuple[list[float], list[float]]:
+    """``litellm_runs``, or one infinite delay when LiteLLM did not deliver every stream (a stream
+    silent for STREAM_TIMEOUT_S, an error status): that load is not sustained."""
+    try:
+        return await litellm_runs(provider, litellm, runs, deltas, tag)
+    except (httpx.HTTPError, RuntimeError) as e:
+        print(f"    LiteLLM failed at {runs} runs: {type(e).__name__}: {e}", flush=True)
+        return [math.inf], [math.inf]
+
+
 async def litellm_runs(
     provider: TimedProvider, litellm: str, runs: int, deltas: int, tag: str
-) -> list[float]:
+) -> tuple[list[float], list[float]]:
     """``runs`` simultaneous streams through LiteLLM, ``deltas`` deltas each, ``GAP_S`` apart at
-    the provider: per consecutive pair of deltas, client gap - provider gap (as bench 3)."""
+    the provider: per consecutive pair of deltas, client gap - provider gap (as bench 3); and per
+    delta, client arrival - provider send (a proxy that buffers a stream shows there)."""
     texts = [f"{j:03d} " for j in range(deltas)]
     provider.drop_unused()
     for _ in range(runs):
         provider.enqueue(chat_text_script(texts, delay_s=GAP_S))
     arrivals: dict[int, list[float]] = {}
     limits = httpx.Limits(max_connections=runs + 10, max_keepalive_connections=runs + 10)
-    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+    async with httpx.AsyncClient(timeout=STREAM_TIMEOUT_S, limits=limits) as client:
 
         async def one(i: int) -> None:
             times: list[float] = []
@@ -208,6 +223,7 @@ async def litellm_runs(
                 for i in range(runs):
                     group.start_soon(one, i)
     added: list[float] = []
+    latency: list[float] = []
     seen = 0
     for idx, req in enumerate(provider.requests):
         text = req.body.decode(errors="replace")
@@ -220,10 +236,11 @@ async def litellm_runs(
             raise RuntimeError(f"LiteLLM stream {i} delivered {len(got)} of {deltas} deltas")
         lat = [a - s for a, s in zip(got, sent, strict=True)]
         added += [y - x for x, y in itertools.pairwise(lat)]
+        latency += lat
         seen += 1
     if seen != runs:
         raise RuntimeError(f"the provider saw {seen} of LiteLLM's {runs} streams")
-    return added
+    return added, latency
 
 
 @attrs.frozen
@@ -289,19 +306,19 @@ async def measure_all(
     b: Bench, litellm: str, args: argparse.Namespace
 ) -> tuple[list[float], list[float], dict[str, float], dict[str, list[Load]]]:
     for i in range(3):  # LiteLLM's first streams import and build a lot
-        await litellm_runs(b.provider, litellm, 10, 20, f"peer-warm{i}")
+        await litellm_at_load(b.provider, litellm, 10, 20, f"peer-warm{i}")
     print(f"  TTFT: {args.ttft} turns each, alternating", flush=True)
     ours, theirs = await ttft(b, litellm, args.ttft)
     print(f"  concurrency: {args.runs} runs x {args.deltas} deltas at {1 / GAP_S:.0f}/s each", flush=True)
     b.provider.drop_unused()
+    st = await concurrent_runs(b, args.runs, args.deltas, GAP_S, "peer-conc")
+    added, latency = await litellm_at_load(b.provider, litellm, args.runs, args.deltas, "peer-conc-l")
     conc = {
-        "byok": percentile(
-            (await concurrent_runs(b, args.runs, args.deltas, GAP_S, "peer-conc")).added_gap, 99
-        )
+        "byok": percentile(st.added_gap, 99),
+        "litellm": percentile(added, 99),
+        "byok latency": percentile(st.latency, 99),
+        "litellm latency": percentile(latency, 99),
     }
-    conc["litellm"] = percentile(
-        await litellm_runs(b.provider, litellm, args.runs, args.deltas, "peer-conc-l"), 99
-    )
     print(
         f"    byok {1e3 * conc['byok']:.1f} ms, LiteLLM {1e3 * conc['litellm']:.1f} ms (p99 added)",
         flush=True,
@@ -313,7 +330,7 @@ async def measure_all(
         return (await concurrent_runs(b, runs, args.sweep_deltas, GAP_S, f"sw{next(counter)}")).added_gap
 
     async def litellm_at(runs: int) -> list[float]:
-        return await litellm_runs(b.provider, litellm, runs, args.sweep_deltas, f"lsw{next(counter)}")
+        return (await litellm_at_load(b.provider, litellm, runs, args.sweep_deltas, f"lsw{next(counter)}"))[0]
 
     print("  load sweep:", flush=True)
     loads = await sweep({"byok": byok_at, "LiteLLM": litellm_at}, [int(s) for s in args.sweep.split(",")])
@@ -342,9 +359,14 @@ def print_table(
         f"{1e3 * conc['byok']:.1f} ms | {1e3 * conc['litellm']:.1f} ms | "
         f"{ratio(conc['byok'], conc['litellm'])} | <= {GOAL_DELAY} |"
     )
+    lat = (conc["byok latency"], conc["litellm latency"])
+    print(
+        f"| p99 delivery latency (provider send -> client), same load | {1e3 * lat[0]:.1f} ms | "
+        f"{1e3 * lat[1]:.1f} ms | {ratio(*lat)} | |"
+    )
     best = [highest_sustained(loads["byok"]), highest_sustained(loads["LiteLLM"])]
     cells = [
-        f"{x.runs} runs x {1 / GAP_S:.0f}/s = {x.deltas_per_s:,.0f} deltas/s" if x else "none tried"
+        f"{x.runs} runs x {1 / GAP_S:.0f}/s = {x.deltas_per_s:,.0f} deltas/s" if x else "none within it"
         for x in best
     ]
     print(
