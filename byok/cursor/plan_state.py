@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 import attrs
 
+from byok.cursor.carry_blocks import PLAN_CLOSE, PLAN_OPEN, block
 from byok.cursor.tools.base import ToolArgError
 from byok.cursor.tools.plan_tool import SAVED, parse_plan
 from byok.model.messages import Message
@@ -25,6 +26,7 @@ from byok.pb.agent import v1 as agent
 
 TOOL = "CreatePlan"
 _MARK = TOOL.encode()
+_CARRY_MARK = PLAN_OPEN.strip().encode()
 _MEMO = "plan_fold"
 
 
@@ -61,7 +63,8 @@ def current_plan(messages: Sequence[Message]) -> PlanState | None:
             start -= 1
     state: _Fold = fold if fold is not None else _Fold()
     for m in messages[start:]:
-        if _MARK in m.encode():
+        raw = m.encode()
+        if _MARK in raw or _CARRY_MARK in raw:
             state = _step(state, m)
     if messages and start < len(messages):
         messages[-1].memo_set(_MEMO, state)
@@ -69,6 +72,8 @@ def current_plan(messages: Sequence[Message]) -> PlanState | None:
 
 
 def _step(state: _Fold, m: Message) -> _Fold:
+    if m.origin == "summary":
+        return _Fold(plan=_carried(m))  # a compacted history starts over from its summary's plan
     if m.role == "assistant":
         new = tuple((c.call_id, c.arguments) for c in m.tool_calls if c.name == TOOL)
         return attrs.evolve(state, calls=state.calls + new) if new else state
@@ -98,3 +103,15 @@ def _step(state: _Fold, m: Message) -> _Fold:
         uri=uri or ("" if old is None else old.uri),
     )
     return attrs.evolve(state, plan=plan)
+
+
+def _carried(summary: Message) -> PlanState | None:
+    raw = block(summary.text, PLAN_OPEN, PLAN_CLOSE)
+    if raw is None:
+        return None
+    try:
+        obj = json.loads(raw)
+        obj["todos"] = tuple((str(i), str(c)) for i, c in obj["todos"])
+        return PlanState(**obj)
+    except (ValueError, TypeError, KeyError):
+        return None

@@ -21,12 +21,14 @@ from typing import Any
 
 import attrs
 
+from byok.cursor.carry_blocks import TODOS_CLOSE, TODOS_OPEN, block
 from byok.cursor.checkpoint import Blob
 from byok.model.messages import Message
 from byok.pb.agent import v1 as agent
 
 TOOL_NAME = "TodoWrite"
 _RAW_NAME = b'"TodoWrite"'  # how a stored row names the tool (a call's name, a result's tool_name)
+_RAW_CARRY = TODOS_OPEN.strip().encode()  # a summary carrying a list
 
 STATUSES = ("pending", "in_progress", "completed", "cancelled")
 _STATUS_VALUES = {
@@ -162,9 +164,13 @@ class _Fold:
         return _Fold(self.todos, dict(self.calls))
 
     def take(self, m: Message) -> None:
-        if m.stored_size is not None and _RAW_NAME not in m.encode():
+        if m.stored_size is not None and _RAW_NAME not in m.encode() and _RAW_CARRY not in m.encode():
             return  # an undecoded stored row that never names the tool: left undecoded
-        if m.role == "assistant":
+        if m.origin == "summary":
+            # A compacted history starts over from the list its summary carries.
+            carried = block(m.text, TODOS_OPEN, TODOS_CLOSE)
+            self.todos, self.calls = (() if carried is None else applied((), carried)), {}
+        elif m.role == "assistant":
             for c in m.tool_calls:
                 if c.name == TOOL_NAME:
                     self.calls[c.call_id] = c.arguments

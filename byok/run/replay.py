@@ -46,7 +46,7 @@ from byok.run.driver import Driver
 from byok.run.inbox_pump import route
 from byok.run.kv import KvLink
 from byok.run.run_log import FrameDigest, outcome_json
-from byok.run.turn_effects import TurnEffects, tool_done, tool_note
+from byok.run.turn_effects import TurnEffects, rebased, tool_done, tool_note
 from byok.store.records import Head
 
 
@@ -132,8 +132,8 @@ class ReplayEffects(TurnEffects):
         if commit is None:
             raise ReplayError("the log says committed with no commit under way")
         head = self.ctx.head
-        if commit.rebase:  # as TurnEffects._commit: the summary, then what it did not summarize
-            messages = (*commit.messages, *head.messages[kept_tail(head.messages) :])
+        if commit.rebase:  # as TurnEffects._commit
+            messages = tuple(rebased(commit.messages[0], head.messages))
         else:
             messages = (*head.messages, *commit.messages)
         self.ctx.head = attrs.evolve(head, version=head.version + 1, messages=messages)

@@ -30,6 +30,7 @@ from byok.cursor.checkpoint import (
     build_checkpoint,
     thinking_step,
 )
+from byok.cursor.compaction_carry import carried
 from byok.cursor.exec_router import dispatch
 from byok.cursor.plan_state import current_plan
 from byok.cursor.prompting import ModeAssets
@@ -327,7 +328,7 @@ class TurnEffects:
         c = self.ctx
         messages = list(command.messages)
         if command.rebase:  # the summary, then the part of the history it did not summarize
-            messages += c.head.messages[kept_tail(c.head.messages) :]
+            messages = rebased(messages[0], c.head.messages)
         c.head = await c.deps.store.append(
             c.start.conversation_id, c.head.version, messages, c.deps.wall_ms(), rebase=command.rebase
         )
@@ -486,6 +487,13 @@ class TurnEffects:
         assistant = c.head.messages[-1] if c.head.messages else None
         if assistant is not None and assistant.tool_calls:
             c.kv.offer([c.memory.root_of(assistant, with_data=True)])
+
+
+def rebased(summary: Message, history: tuple[Message, ...]) -> list[Message]:
+    """A compaction's new history: the summary, carrying the todo list and the plan of what it
+    summarizes, then the part it did not summarize (the user's new message)."""
+    cut = kept_tail(history)
+    return [carried(summary, history[:cut]), *history[cut:]]
 
 
 def compaction_instruction(prompts: dict[str, ModeAssets]) -> Message:

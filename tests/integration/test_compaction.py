@@ -3,6 +3,7 @@ fit, a provider's "too long" answer, and a failed compaction leaving the history
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from byok.devtools.cursor_sim import Transcript, user_turn
 from byok.pb.agent import v1 as agent
 from byok.store import SQLiteStore
 from tests.integration.conftest import Daemon, start_daemon
-from tests.support.fake_provider import chat_text_script, error_script
+from tests.support.fake_provider import chat_text_script, chat_tool_script, error_script
 
 SMALL = """
 [[models]]
@@ -210,3 +211,40 @@ async def test_nothing_to_summarize_is_a_clear_error(daemon: Daemon) -> None:
     assert tr.end_stream is not None
     assert tr.end_stream["error"]["code"] == "failed_precondition"
     assert "no history to summarize" in tr.end_stream["error"]["message"]
+
+
+async def test_the_todo_list_survives_a_compaction(daemon: Daemon) -> None:
+    todos = [
+        {"id": "a", "content": "Read the parser", "status": "completed"},
+        {"id": "b", "content": "Fix the bug", "status": "in_progress"},
+    ]
+    daemon.provider.enqueue(
+        chat_tool_script([("c1", "TodoWrite", json.dumps({"todos": todos, "merge": False}))]),
+        chat_text_script(["planned"]),
+    )
+    request = user_turn("plan it", conversation_id="conv-t", model_id="byok-demo", message_id="m0")
+    tr = await daemon.sim.run("conv-t-t0", request)
+    assert tr.end_stream == {}
+    before = tr.checkpoints()[-1]
+    assert len(before.todos) == 2
+    daemon.provider.enqueue(chat_text_script(["Planning so far."], usage=(500, 10)))
+    tr = await daemon.sim.run("conv-t-sum", summarize(before, "conv-t"))
+    assert tr.end_stream == {}
+    compacted = tr.checkpoints()[-1]
+    assert compacted.todos == before.todos  # the same items, the same blobs
+    # The model reads the list in the summary; a merge after it updates the carried list.
+    daemon.provider.enqueue(
+        chat_tool_script(
+            [("c2", "TodoWrite", json.dumps({"todos": [{"id": "b", "status": "completed"}], "merge": True}))]
+        ),
+        chat_text_script(["done"]),
+    )
+    tr = await daemon.sim.run("conv-t-t1", third("conv-t", compacted))
+    assert tr.end_stream == {}
+    first_call = daemon.provider.requests[-2]
+    assert '"content":"Fix the bug"' in texts(first_call)[1][1]
+    items = [agent.TodoItem.parse(daemon.sim.blobs[b]) for b in tr.checkpoints()[-1].todos]
+    assert [(t.id, t.status) for t in items] == [
+        ("a", agent.TodoStatus.COMPLETED),
+        ("b", agent.TodoStatus.COMPLETED),
+    ]
