@@ -25,28 +25,21 @@ from byok.cursor.agent_modes import mode_value
 from byok.cursor.checkpoint import (
     Blob,
     Checkpoint,
-    TurnRecord,
-    assistant_step,
-    build_checkpoint,
-    thinking_step,
 )
 from byok.cursor.compaction_carry import carried
 from byok.cursor.exec_router import dispatch
-from byok.cursor.plan_state import current_plan
 from byok.cursor.prompting import ModeAssets
 from byok.cursor.todos import TOOL_NAME as TODO_TOOL
 from byok.cursor.token_details import token_details
 from byok.cursor.tools.base import ArgsStream, ToolDef, ToolOutcome
 from byok.cursor.tools.error_cards import unknown_tool_call
 from byok.cursor.tools.modes import ModeSwitch
-from byok.cursor.tools.subagent_tools import progress
 from byok.cursor.user_shell import execution as user_shell_execution
 from byok.cursor.user_shell import shell_turn, user_command
 from byok.loop import emits as em
-from byok.loop.compaction import kept_tail, summary_count, summary_text
+from byok.loop.compaction import kept_tail
 from byok.loop.turn_values import (
     Ahead,
-    AnswerStep,
     CallModel,
     CallUsage,
     Command,
@@ -72,9 +65,7 @@ from byok.loop.turn_values import (
     Show,
     ShowToolDone,
     StagedCheckpoint,
-    Step,
     Succeeded,
-    ThinkingStep,
     ToolDone,
     UseMode,
 )
@@ -82,7 +73,6 @@ from byok.model import events as ev
 from byok.model.messages import Message
 from byok.model.request import ModelRequest
 from byok.pb.agent import v1 as agent
-from byok.pb.agent.v1 import CommunicateUpdateTurnState
 from byok.run.context import RunContext
 from byok.run.crash import crash_point
 from byok.run.driver import Driver
@@ -90,6 +80,7 @@ from byok.run.failover import OutputWatch, call_alias
 from byok.run.kv import KvFailure
 from byok.run.provider_call import model_settings, run_call_context, stream_model
 from byok.run.start_point import changed_under_run
+from byok.run.turn_checkpoints import TurnCheckpoints
 from byok.store import StaleRevision, StoreError
 
 log = logging.getLogger("byok.run")
@@ -103,8 +94,7 @@ class TurnEffects:
         self.ended = trio.Event()
         self._prepared: tuple[Ahead, tuple[Checkpoint, ...]] | None = None  # built ahead of a commit
         self._revealing: tuple[object, tuple[Checkpoint, ...]] = (None, ())  # published, to be sent
-        self._step_blobs: dict[int, tuple[Step, Blob]] = {}  # id(step) -> (step, its blob)
-        self._turn: tuple[tuple[Step, ...], TurnRecord] | None = None  # the last turn built
+        self.checkpoints = TurnCheckpoints(ctx)
         self._gate = trio.Event()  # the last settled checkpoint's frame is queued (a gated call waits)
         self._streams: dict[str, ArgsStream] = {}  # call id -> its live arguments view
         self.on_request: Callable[[bytes], None] | None = None  # each provider request's body (a run's log)
@@ -296,10 +286,10 @@ class TurnEffects:
         c = self.ctx
         if isinstance(ahead, StagedCheckpoint):
             # Built on the head before the commit: the assistant travels inline.
-            staged = self._checkpoint(c.head.messages, [ahead.assistant], ahead.steps)
+            staged = self.checkpoints.checkpoint(c.head.messages, [ahead.assistant], ahead.steps)
             self._prepared = (ahead, (staged,))
         elif isinstance(ahead, FinalCheckpoints):
-            self._prepared = (ahead, self._final(ahead))
+            self._prepared = (ahead, self.checkpoints.final(ahead))
         else:
             self._prepared = None
             c.kv.offer(self._result_blobs(ahead))
@@ -315,9 +305,9 @@ class TurnEffects:
         unreferenced blob, nothing more."""
         blobs = [self.ctx.memory.root_of(ahead.message, with_data=True)]
         if ahead.step is not None:
-            blobs.append(self._step_blob(ahead.step))
+            blobs.append(self.checkpoints.step_blob(ahead.step))
         if ahead.settled_steps is not None:
-            blobs.append(self._turn_of(ahead.settled_steps).structure())
+            blobs.append(self.checkpoints.turn_of(ahead.settled_steps).structure())
         if ahead.message.tool_name == TODO_TOOL and not ahead.message.is_error:
             todos = self.ctx.memory.todos
             blobs += todos.blobs(todos.todos(self.ctx.head.messages, (ahead.message,)))
@@ -340,16 +330,17 @@ class TurnEffects:
         self, checkpoint: StagedCheckpoint | SettledCheckpoint | FinalCheckpoints
     ) -> tuple[Checkpoint, ...]:
         if isinstance(checkpoint, SettledCheckpoint):
-            return (self._checkpoint(self.ctx.head.messages, [], checkpoint.steps),)
+            return (self.checkpoints.checkpoint(self.ctx.head.messages, [], checkpoint.steps),)
         if isinstance(checkpoint, FinalCheckpoints) and checkpoint.shell is not None:
             # A user's shell command: the checkpoint listing its turn, the same three times.
             assert isinstance(checkpoint.shell, ToolOutcome)
             cmd = user_command(self.ctx.start.event_action, self.ctx.start.request_id)
-            shell = self._checkpoint(self.ctx.head.messages, [], (), shell_turn(cmd, checkpoint.shell))
+            turn = shell_turn(cmd, checkpoint.shell)
+            shell = self.checkpoints.checkpoint(self.ctx.head.messages, [], (), turn)
             return shell, shell
         if isinstance(checkpoint, FinalCheckpoints) and checkpoint.compacted:
             # A compaction run's end: the compacted history's checkpoint, the same three times.
-            compacted = self._checkpoint(self.ctx.head.messages, [], checkpoint.steps)
+            compacted = self.checkpoints.checkpoint(self.ctx.head.messages, [], checkpoint.steps)
             return compacted, compacted
         prepared, self._prepared = self._prepared, None
         if prepared is not None and prepared[0] is checkpoint:
@@ -357,7 +348,7 @@ class TurnEffects:
         assert isinstance(checkpoint, FinalCheckpoints) and checkpoint.answer is None, (
             "published before its commit"
         )
-        return self._final(checkpoint)  # a resume after the answer: it is committed already
+        return self.checkpoints.final(checkpoint)  # a resume after the answer: it is committed already
 
     async def _publish(self, command: Command) -> Input:
         assert isinstance(command, Publish)
@@ -397,77 +388,6 @@ class TurnEffects:
             c.slot.send(encode.checkpoint(staged.state))
             c.slot.send(encode.checkpoint(settled.state))
             c.slot.send(encode.checkpoint(settled.state))
-
-    def _final(self, final: FinalCheckpoints) -> tuple[Checkpoint, Checkpoint]:
-        messages = self.ctx.head.messages
-        if final.answer is not None:
-            messages = (*messages, final.answer)
-        staged = self._checkpoint(messages[:-1], [messages[-1]], final.steps)
-        return staged, self._checkpoint(messages, [], final.steps)
-
-    # --- checkpoints -------------------------------------------------------------------------------
-    def _checkpoint(
-        self,
-        stable: tuple[Message, ...],
-        pending: list[Message],
-        steps: tuple[Step, ...],
-        shell: tuple[Blob, ...] = (),
-    ) -> Checkpoint:
-        c = self.ctx
-        first = stable[0] if stable else None
-        todos = c.memory.todos
-        return build_checkpoint(
-            system_prompt=c.assets.system,
-            stable=stable,
-            pending=pending,
-            prior_turns=c.prior_turns,
-            turn=None if shell else self._turn_of(steps),
-            token_details=c.details,
-            mode=c.agent_mode,
-            root_of=c.memory.root_of,
-            roots=c.memory.root_list,
-            summary=summary_text(first) if first is not None and first.origin == "summary" else None,
-            summaries=summary_count(stable),
-            todos=todos.blobs(todos.todos(stable)),
-            shell_turn=shell,
-            plan=current_plan(stable),
-            progress=self._progress(stable, pending),
-        )
-
-    def _progress(
-        self, stable: tuple[Message, ...], pending: list[Message]
-    ) -> tuple[str, CommunicateUpdateTurnState] | None:
-        """A subagent's progress for its parent's Task card (seeds 000 §33.2), from its history."""
-        parent_call = self.ctx.start.parent[1]
-        if not parent_call:
-            return None
-        state = progress((*stable, *pending))
-        return None if state is None else (parent_call, state)
-
-    def _turn_of(self, steps: tuple[Step, ...]) -> TurnRecord:
-        """The turn the run started from with this run's ``steps`` (each step hashed once; a
-        turn that extends the last one built only adds what is new)."""
-        built, turn = self._turn or ((), self.ctx.turn)
-        if len(steps) < len(built) or any(a is not b for a, b in zip(built, steps, strict=False)):
-            built, turn = (), self.ctx.turn
-        turn = turn.with_steps([self._step_blob(s) for s in steps[len(built) :]])
-        self._turn = (steps, turn)
-        return turn
-
-    def _step_blob(self, step: Step) -> Blob:
-        held = self._step_blobs.get(id(step))
-        if held is not None and held[0] is step:
-            return held[1]
-        if isinstance(step, ThinkingStep):
-            data = thinking_step(step.text, step.duration_ms)
-        elif isinstance(step, AnswerStep):
-            data = assistant_step(step.text)
-        else:
-            assert isinstance(step.result, ToolOutcome)
-            data = encode.tool_step(step.result.ui_bytes())
-        blob = Blob.of(data)
-        self._step_blobs[id(step)] = (step, blob)
-        return blob
 
     # --- tools ---------------------------------------------------------------------------------------
     def _run_tools(self, command: RunTools) -> None:
