@@ -46,6 +46,13 @@ def kept_tail(messages: tuple[Message, ...]) -> int:
     return len(messages)
 
 
+def worth_compacting(messages: tuple[Message, ...], limit: int) -> bool:
+    """Whether compacting ``messages`` before the turn's first call could make it fit: there is
+    history before the user's new message, and the new message alone fits."""
+    cut = kept_tail(messages)
+    return cut > 0 and sum(tokens_of(m.text) for m in messages[cut:]) < limit
+
+
 def summary_count(messages: tuple[Message, ...]) -> int:
     """How many times the history was compacted: the count the summary heading it carries."""
     if not messages or messages[0].origin != "summary":

@@ -105,6 +105,7 @@ def encode_input(inp: Input) -> dict[str, Any]:
                 "context_limit": inp.context_limit,
                 "estimate": inp.estimate,
                 "summaries": inp.summaries,
+                "summarizable": inp.summarizable,
             }
         case ModelEvents(events=events, now_s=now_s):
             return {"k": "model", "t": now_s, "e": [encode_event(e) for e in events]}
@@ -138,6 +139,7 @@ def decode_input(obj: dict[str, Any]) -> Input:
                     context_limit=obj.get("context_limit", 0),
                     estimate=obj.get("estimate", 0),
                     summaries=obj.get("summaries", 0),
+                    summarizable=obj.get("summarizable", True),
                 )
             case "model":
                 return ModelEvents(tuple(decode_event(e) for e in obj["e"]), float(obj["t"]))

@@ -94,7 +94,7 @@ Handler = Callable[[TurnState, Any], Result]
 def call_model(s: TurnState, commands: list[Command], *, gated: bool) -> Result:
     assert s.plan is not None
     limit = s.plan.context_limit
-    if limit and s.estimate > limit and not s.compactions:
+    if limit and s.estimate > limit and not s.compactions and (s.calls or s.plan.summarizable):
         return compact(s, commands, gated=gated)
     n = s.calls + 1
     call_id = ids.model_call_id(s.request_id, n)

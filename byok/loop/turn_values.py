@@ -141,6 +141,9 @@ class Begin:
     context_limit: int = 0
     estimate: int = 0
     summaries: int = 0
+    # A compaction before the first call could make it fit: there is history before the run's
+    # new message, and that message alone fits (compaction.worth_compacting).
+    summarizable: bool = True
 
 
 @attrs.frozen

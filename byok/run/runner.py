@@ -303,6 +303,7 @@ class Run:
             return Fault(Failed("failed_precondition", f"{st.action}: the conversation has no history"))
         offered = frozenset(s.name for s in c.tool_specs)
         known = frozenset(c.registry)
+        limit = compaction.context_limit(c.model.context_tokens, c.model.max_output_tokens)
         # The first request: the last one the client measured, and what this run appended.
         estimate = c.details.used_tokens + (compaction.tokens_of(runtime.text) if runtime is not None else 0)
         return Begin(
@@ -312,7 +313,8 @@ class Run:
             offered=offered,
             known=known,
             staged=point.staged,
-            context_limit=compaction.context_limit(c.model.context_tokens, c.model.max_output_tokens),
+            context_limit=limit,
             estimate=estimate,
             summaries=compaction.summary_count(c.head.messages),
+            summarizable=compaction.worth_compacting(c.head.messages, limit),
         )

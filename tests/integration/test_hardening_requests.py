@@ -255,7 +255,7 @@ def test_serve_with_host_0000_says_why_in_one_line(tmp_path: Path) -> None:
     cfg = tmp_path / "byok.toml"
     write_config(cfg, provider_url="http://127.0.0.1:9/v1", data_dir=tmp_path / "data")
     result = byok("serve", "--config", str(cfg), "--host", "0.0.0.0", "--port", "0")
-    assert result.returncode == 1, result.stderr
+    assert result.returncode == 2, result.stderr  # a config error: the service is not restarted
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("byok: refusing to listen on '0.0.0.0': ") and "loopback" in last
     assert "Traceback" not in result.stderr

@@ -468,3 +468,10 @@ def test_a_user_shell_command_runs_commits_its_output_and_publishes_its_turn() -
     assert out == [Publish(final)]
     s, out = transition(s, Published("final"))
     assert out == [Reveal("final"), End(Succeeded(), None)]
+
+
+def test_a_new_message_alone_past_the_limit_is_not_compacted() -> None:
+    # Nothing a summary could save: the call goes out, and the provider says what it says.
+    begin = attrs.evolve(BEGIN, context_limit=1000, estimate=5000, summarizable=False)
+    _, out = run(TurnState(), begin)
+    assert out == [CallModel(MC1)]
