@@ -49,7 +49,7 @@ class ConfigError(Exception):
 
 
 # The cache budget. A 5,000-message conversation (a long day's agent work, ~6 MB of history)
-# holds ~16 MiB in the caches: 256 MiB keeps about 16 of those hot, or hundreds of ordinary ones,
+# is charged ~20 MiB for its caches: 256 MiB keeps a dozen of those hot, or hundreds of ordinary ones,
 # more than one user switches between; beside an IDE's own gigabytes it is small. Below 1 MiB
 # not even a short conversation stays (and `cache_bytes = 256` was surely meant as MiB).
 DEFAULT_CACHE_BYTES = 256 * 2**20
