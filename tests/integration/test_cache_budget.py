@@ -38,6 +38,7 @@ async def test_the_least_recently_used_idle_conversation_goes_and_loses_nothing(
         with trio.fail_after(5):
             while len(evicted(caplog)) < len(expected):
                 await trio.sleep(0.01)
+        assert evicted(caplog) == expected
         # conv-a's next turn: read back from SQLite if it was evicted, from the caches if not.
         d.provider.enqueue(chat_text_script(["again"]))
         req = user_turn("and again", conversation_id="conv-a", model_id="byok-demo", message_id="m9")
@@ -47,4 +48,9 @@ async def test_the_least_recently_used_idle_conversation_goes_and_loses_nothing(
         assert again[len(first)] == {"role": "assistant", "content": "answer conv-a"}
         (call,) = await wait_call_records(d.data_dir, "req-a2")
         assert (call.prefix_extends, call.common_prefix_messages) == (True, len(first))
-        assert evicted(caplog) == expected
+        # conv-a's run made it the most recent: whatever its end evicts (conv-b, the least
+        # recently used now, under the small budget), it is not conv-a.
+        later = evicted(caplog)[len(expected) :]
+        assert "conv-a" not in later
+        if not expected:
+            assert later == []  # under the large budget nothing, ever
