@@ -131,7 +131,9 @@ def model_failed(s: TurnState, inp: ModelFailed) -> Result:
 def _may_compact_after(s: TurnState, failure: Failed) -> bool:
     """A call the provider refused as too long, before anything of it was shown, in a run that
     has not compacted yet: the turn compacts and calls again instead of failing."""
-    return failure.overflow and not s.shown and not s.compactions and s.phase == "calling"
+    assert s.plan is not None
+    worth = s.calls > 1 or s.plan.summarizable  # the first call: only with history to summarize
+    return failure.overflow and not s.shown and not s.compactions and s.phase == "calling" and worth
 
 
 def settled_published(s: TurnState, inp: Published) -> Result:

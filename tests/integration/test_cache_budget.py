@@ -38,7 +38,13 @@ async def test_the_least_recently_used_idle_conversation_goes_and_loses_nothing(
         with trio.fail_after(5):
             while len(evicted(caplog)) < len(expected):
                 await trio.sleep(0.01)
-        assert evicted(caplog) == expected
+        # Least recently used first; the charges of the call log's digests land when it writes its
+        # records (once the runs are quiet), which may push out conv-b too, never conv-c.
+        assert evicted(caplog)[: len(expected)] == expected
+        assert "conv-c" not in evicted(caplog)
+        if not expected:
+            assert evicted(caplog) == []
+        settled = len(evicted(caplog))
         # conv-a's next turn: read back from SQLite if it was evicted, from the caches if not.
         d.provider.enqueue(chat_text_script(["again"]))
         req = user_turn("and again", conversation_id="conv-a", model_id="byok-demo", message_id="m9")
@@ -50,7 +56,7 @@ async def test_the_least_recently_used_idle_conversation_goes_and_loses_nothing(
         assert (call.prefix_extends, call.common_prefix_messages) == (True, len(first))
         # conv-a's run made it the most recent: whatever its end evicts (conv-b, the least
         # recently used now, under the small budget), it is not conv-a.
-        later = evicted(caplog)[len(expected) :]
+        later = evicted(caplog)[settled:]
         assert "conv-a" not in later
         if not expected:
             assert later == []  # under the large budget nothing, ever

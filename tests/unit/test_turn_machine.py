@@ -475,3 +475,10 @@ def test_a_new_message_alone_past_the_limit_is_not_compacted() -> None:
     begin = attrs.evolve(BEGIN, context_limit=1000, estimate=5000, summarizable=False)
     _, out = run(TurnState(), begin)
     assert out == [CallModel(MC1)]
+
+
+def test_a_first_call_too_long_with_nothing_to_summarize_fails_with_the_providers_words() -> None:
+    too_long = Failed("unavailable", "maximum context length", provider=True, overflow=True)
+    s, _ = run(TurnState(), attrs.evolve(BEGIN, context_limit=100_000, summarizable=False))
+    s, out = transition(s, ModelFailed(too_long))
+    assert out == [End(too_long, None)]
