@@ -2,8 +2,8 @@
 
 The token is 32 random bytes (URL-safe base64), so a plain SHA-256 is enough to keep it: there
 is nothing to guess. The hash lives in ``{data_dir}/console-token.sha256`` (0600); ``byok
-console-token`` writes a new one, and a running daemon notices the file changed (its mtime and
-size are checked on each request) without a restart.
+console-token`` writes a new one, and a running daemon notices the file changed (its inode,
+mtime and size are checked on each request) without a restart.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class TokenCheck:
 
     def __init__(self, data_dir: Path) -> None:
         self._path = data_dir / TOKEN_FILENAME
-        self._seen: tuple[int, int] | None = None
+        self._seen: tuple[int, int, int] | None = None
         self._digest = ""
 
     def _current(self) -> str:
@@ -56,7 +56,9 @@ class TokenCheck:
             st = self._path.stat()
         except OSError:
             return ""
-        key = (st.st_mtime_ns, st.st_size)
+        # The inode too: a new token replaces the file, and two writes within the file system's
+        # timestamp tick leave the same mtime and size (the test that replaced it at once failed).
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
         if key != self._seen:
             try:
                 self._digest = self._path.read_text().strip()

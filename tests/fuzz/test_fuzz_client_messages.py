@@ -16,6 +16,7 @@ from byok.cursor.client_messages import kv_answer
 from byok.cursor.exec_router import ExecRouter
 from byok.cursor.request import RunRequestError, parse_run_request
 from byok.cursor.tools.base import Invocation, ToolArgError
+from byok.cursor.tools.env import ToolEnv
 from byok.cursor.tools.registry import build_registry
 from byok.devtools.cursor_sim import user_turn
 from byok.pb.agent import v1 as agent
@@ -84,17 +85,48 @@ def _edit_run_request(req: agent.AgentRunRequest, edits: list[tuple[str, Any]]) 
     return req
 
 
-_SUPPORTED_ACTIONS = ("user_message_action", "resume_action", "background_task_completion_action")
+# Every action a run request may carry but ``cancel_action`` (a live run's own message).
+_SUPPORTED_ACTIONS = (
+    "user_message_action",
+    "start_plan_action",
+    "resume_action",
+    "summarize_action",
+    "background_task_completion_action",
+    "async_ask_question_completion_action",
+    "execute_plan_action",
+    "cancel_subagent_action",
+    "background_subagent_action",
+    "shell_command_action",
+    "background_shell_action",
+)
 
 
 def _startable(action: Any) -> bool:
-    """An action a run can start from: a user message, a resume, or background completions that
-    each name their task."""
-    if isinstance(action, agent.UserMessageAction):
+    """An action a run can start from, with what its kind needs (parse_run_request's checks)."""
+    if isinstance(action, agent.UserMessageAction | agent.StartPlanAction):
         return action.user_message is not None
     if isinstance(action, agent.BackgroundTaskCompletionAction):
         return bool(action.completions) and all(c.task_id for c in action.completions)
-    return isinstance(action, agent.ResumeAction)
+    if isinstance(action, agent.AsyncAskQuestionCompletionAction):
+        answered, _ = betterproto2.which_one_of(action.result or agent.AskQuestionResult(), "result")
+        return bool(action.original_tool_call_id) and answered in ("success", "rejected", "error")
+    if isinstance(action, agent.CancelSubagentAction):
+        return bool(action.subagent_id)
+    if isinstance(action, agent.BackgroundSubagentAction | agent.BackgroundShellAction):
+        return bool(action.tool_call_id)
+    if isinstance(action, agent.ShellCommandAction):
+        return action.shell_command is not None and bool(action.shell_command.command.strip())
+    return isinstance(action, agent.ResumeAction | agent.SummarizeAction | agent.ExecutePlanAction)
+
+
+_RUN_MODES = {
+    agent.AgentMode.UNSPECIFIED,
+    agent.AgentMode.AGENT,
+    agent.AgentMode.ASK,
+    agent.AgentMode.PLAN,
+    agent.AgentMode.DEBUG,
+    agent.AgentMode.MULTITASK,
+}
 
 
 def test_parse_run_request_on_any_run_request() -> None:
@@ -120,11 +152,17 @@ def test_parse_run_request_on_any_run_request() -> None:
             start = parse_run_request("req-1", req)
         except RunRequestError as e:
             tally[e.code] += 1
-            # Model, conversation id and action are checked first; then an action we do not run.
-            unsupported = model_id and req.conversation_id and action and action not in _SUPPORTED_ACTIONS
-            assert e.code == ("unimplemented" if unsupported else "invalid_argument")
+            # Model, conversation id and action are checked first; then an action we do not run,
+            # what the action needs, and last a mode byok does not run.
             assert e.message
-            assert not (model_id and req.conversation_id and _startable(value)), e.message
+            if not (model_id and req.conversation_id and action):
+                assert e.code == "invalid_argument"
+            elif action not in _SUPPORTED_ACTIONS:
+                assert e.code == "unimplemented"
+            elif not _startable(value):
+                assert e.code == "invalid_argument", e.message
+            else:
+                assert e.code == "unimplemented" and "does not run mode" in e.message, e.message
             return
         tally["ok"] += 1
         assert (start.request_id, start.conversation_id, start.model_id) == (
@@ -135,12 +173,16 @@ def test_parse_run_request_on_any_run_request() -> None:
         assert model_id and req.conversation_id
         assert start.action == action and action in _SUPPORTED_ACTIONS
         assert start.client_state is req.conversation_state
-        message = value.user_message if isinstance(value, agent.UserMessageAction) else None
-        assert start.user_message is message and (action != "user_message_action" or message is not None)
+        turn = isinstance(value, agent.UserMessageAction | agent.StartPlanAction)
+        message = value.user_message if turn else None
+        assert start.user_message is message and (not turn or message is not None)
         assert start.request_context is getattr(value, "request_context", None)
         completions = value.completions if isinstance(value, agent.BackgroundTaskCompletionAction) else []
         assert list(start.completions) == completions and all(c.task_id for c in completions)
         assert (action == "background_task_completion_action") == bool(completions)
+        assert start.mode in _RUN_MODES
+        if action in ("start_plan_action", "execute_plan_action"):
+            return  # their own modes (plan; the execution mode)
         # The message's mode wins, then the restored state's; AGENT when neither says.
         state_mode = req.conversation_state.mode if req.conversation_state is not None else 0
         if message is not None and message.mode != agent.AgentMode.UNSPECIFIED:
@@ -164,6 +206,31 @@ _VALID_ARGS: dict[str, dict[str, Any]] = {
     "Write": {"path": "a.txt", "contents": "x\r\ny"},
     "StrReplace": {"path": "a.txt", "old_string": "x", "new_string": "y"},
     "Shell": {"command": "ls"},
+    "EditNotebook": {
+        "target_notebook": "a.ipynb",
+        "cell_idx": 0,
+        "is_new_cell": True,
+        "cell_language": "python",
+        "old_string": "",
+        "new_string": "x = 1",
+    },
+    "TodoWrite": {"todos": [{"id": "a", "content": "x", "status": "pending"}], "merge": False},
+    "AwaitShell": {"shell_id": "3", "block_until_ms": 0},
+    "GetMcpTools": {},
+    "CallMcpTool": {"server": "s", "toolName": "t", "arguments": {}},
+    "FetchMcpResource": {"server": "s", "uri": "notes://a"},
+    "AskQuestion": {
+        "questions": [
+            {"id": "q", "prompt": "?", "options": [{"id": "a", "label": "A"}, {"id": "b", "label": "B"}]}
+        ]
+    },
+    "CreatePlan": {"plan": "do it"},
+    "SwitchMode": {"target_mode_id": "plan"},
+    "WebFetch": {"url": "https://example.com/"},
+    "WebSearch": {"search_term": "x"},
+    "GenerateImage": {"description": "a cat"},
+    "Task": {"description": "d", "prompt": "p"},
+    "UpdateCurrentStep": {"current_step": "s"},
 }
 
 
@@ -174,6 +241,8 @@ def test_every_registered_tool_is_fuzzed() -> None:
 _client_exec = st.one_of(
     protos(agent.ExecClientMessage, 3).map(lambda m: ("result", m)),
     protos(agent.ExecClientControlMessage, 2).map(lambda m: ("control", m)),
+    protos(agent.InteractionResponse, 3).map(lambda m: ("answer", m)),
+    any_json.map(lambda v: ("work", v)),
 )
 
 
@@ -181,21 +250,31 @@ _client_exec = st.one_of(
 @given(st.sampled_from(sorted(_REGISTRY)), st.lists(_client_exec, max_size=5))
 def test_tool_executions_survive_any_client_exec_messages(name: str, messages: list[tuple[str, Any]]) -> None:
     """Any well-typed Exec answer (wrong variant, missing result, repeated, unknown id, throw,
-    close) is absorbed by the run's ExecRouter and the tool's state machine; each call finishes
-    at most once."""
+    close), interaction answer or server-work result is absorbed by the run's ExecRouter and the
+    tool's state machine; each call finishes at most once."""
     tool = _REGISTRY[name]
     sent: list[bytes] = []
     finished: list[tuple[str, object]] = []
-    router = ExecRouter(sent.append, "req-1", lambda call_id, outcome: finished.append((call_id, outcome)))
-    router.begin(
-        "call-1", "mc-1", tool.execute(Invocation("call-1", name, "mc-1", tool.parse(_VALID_ARGS[name])))
+    router = ExecRouter(
+        sent.append,
+        "req-1",
+        lambda call_id, outcome: finished.append((call_id, outcome)),
+        on_work=lambda call_id, work: None,
+        on_note=lambda call_id, note: None,
     )
+    env = ToolEnv(request_id="req-1", conversation_id="c", root_conversation_id="c", model_id="m")
+    args = tool.parse(_VALID_ARGS[name])
+    router.begin("call-1", "mc-1", tool.execute(Invocation("call-1", name, "mc-1", args, env)))
     for kind, msg in messages:
-        if kind == "result":
-            msg.id = msg.id % 4  # hit the live exec (id 1, 2 after a second phase) often
+        if kind in ("result", "answer"):
+            msg.id = msg.id % 4  # hit the live exec or query (id 1, 2 after a second phase) often
         try:
             if kind == "result":
                 router.on_exec_message(msg)
+            elif kind == "answer":
+                router.on_interaction(msg)
+            elif kind == "work":
+                router.work_done("call-1", msg)
             else:
                 router.on_control(msg)
         except Exception as e:
@@ -242,7 +321,8 @@ def test_tool_argument_validation_on_any_json(name: str, args: Any) -> None:
         parsed = tool.parse(args)
     except ToolArgError:
         return
-    execution = tool.execute(Invocation("call-1", name, "mc-1", parsed))
+    env = ToolEnv(request_id="req-1", conversation_id="c", root_conversation_id="c", model_id="m")
+    execution = tool.execute(Invocation("call-1", name, "mc-1", parsed, env))
     assert execution.start()
 
 
