@@ -61,6 +61,18 @@ def summary_count(messages: tuple[Message, ...]) -> int:
     return int(count)
 
 
+def heading_summary(messages: tuple[Message, ...]) -> str:
+    """The event id of the summary ``messages`` start with ("" when they do not)."""
+    return messages[0].event_id if messages and messages[0].origin == "summary" else ""
+
+
+def first_call_on_summary(messages: tuple[Message, ...]) -> bool:
+    """Whether a model call on ``messages`` may be the first on the summary they start with: no
+    answer follows it yet. A history whose summary a model has answered after is one the
+    provider has seen already (a restarted daemon cannot know it from its memory)."""
+    return bool(heading_summary(messages)) and not any(m.role == "assistant" for m in messages[1:])
+
+
 def summary_message(summary: str, request_id: str, count: int) -> Message:
     """The message a compacted history starts with; ``count``: this summary's number (1 for the
     first compaction of the conversation)."""

@@ -267,7 +267,7 @@ class CallLog:
                 if last.record_id is not None and last.layout is not None and layout is not None:
                     shared = shared_bytes(last.layout, layout)
                     base = BodyBase(last.record_id, shared) if shared else None
-            if sent.new_prefix:
+            if sent.new_prefix and extends is not True:
                 extends = None  # a new prefix on purpose (a compaction): not a cache miss
             records.append(
                 attrs.evolve(rec, prefix_extends=extends, common_prefix_messages=common, body_base=base)

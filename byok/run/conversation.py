@@ -40,9 +40,10 @@ class ConversationMemory:
     recalled: bool = False
     # The encoded root list of the history's settled prefix (checkpoint.RootList).
     root_list: RootList = attrs.Factory(RootList)
-    # The summary the history of the conversation's last provider call started with ("" none):
-    # a call whose history starts with another one is the first on a compacted history.
-    summary_called: str = ""
+    # The summaries this process made a provider call on (their event ids): a call on a history
+    # that starts with another one is the first on a compacted history (an edit back to an older
+    # summary is not).
+    summaries_called: set[str] = attrs.Factory(set)
     # The todo list folded over the history (cursor/todos.py): checkpoints and TodoWrite read it.
     todos: TodoFold = attrs.Factory(TodoFold)
 

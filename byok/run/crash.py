@@ -18,6 +18,10 @@ POINTS = (
     "settled_checkpoint_sent",  # a tool round's settled checkpoint went out
     "turn_ended_sent",  # turn_ended went out, the final checkpoints not yet
 )
+# Points only a compaction reaches (tests/integration/test_crash_compaction.py).
+COMPACTION_POINTS = (
+    "summary_committed",  # the summary is the history's new root, summary_completed not yet sent
+)
 
 _TARGET = os.environ.get("BYOK_CRASH_AT")
 

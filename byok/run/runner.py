@@ -297,7 +297,9 @@ class Run:
             # (once per conversation: later checkpoints of the run need no store trip).
             c.memory.recall(await c.deps.store.root_ids_at(c.head.revision_id))
         start = first_step(st.action, point.staged, c.head.messages, repeated=point.repeated)
-        if start == "compact" and not c.head.messages:
+        if start == "compact" and not compaction.kept_tail(c.head.messages):
+            # Nothing, or only an unanswered message (kept as it is after a summary): a summary
+            # of nothing would head the history and tell the model nothing.
             return Fault(Failed("failed_precondition", "the conversation has no history to summarize"))
         if start == "final" and not c.head.messages:
             return Fault(Failed("failed_precondition", f"{st.action}: the conversation has no history"))

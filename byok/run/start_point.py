@@ -211,7 +211,12 @@ async def start_point(
     staged: Message | None = None
     if plan.resume:
         assert state is not None
-        head, staged = await _resume(store, memory, st, head, state, imported=plan.imports, wall_ms=wall_ms)
+        # A summary is taken at the client's checkpoint, but the head moves only with its commit:
+        # a compaction that fails or is cancelled leaves the history as it was.
+        move = st.action != "summarize_action"
+        head, staged = await _resume(
+            store, memory, st, head, state, imported=plan.imports, wall_ms=wall_ms, move=move
+        )
         prior_turns = tuple(state.turns[:-1])
     appended = 0
     for c in plan.completions:
@@ -244,8 +249,12 @@ async def _resume(
     *,
     imported: bool,
     wall_ms: Callable[[], int],
+    move: bool = True,
 ) -> tuple[Head, Message | None]:
-    """The head moved to the client's checkpoint, and the staged round to run again, if any."""
+    """The head moved to the client's checkpoint, and the staged round to run again, if any.
+    Without ``move`` the store's head stays where it is: the Head returned holds the checkpoint's
+    revision and messages with the store head's version, which the run's next commit (a
+    compaction's new root) must still match."""
     if memory.needs_recall(head.messages):
         memory.recall(await store.root_ids_at(head.revision_id))
     try:
@@ -258,8 +267,17 @@ async def _resume(
         if branch is None:
             raise
         at, count, staged = branch
+        if not move:
+            messages = (await store.messages_at(at))[:count]
+            target = at if count == len(messages) else await store.ancestor_with_count(at, count)
+            return Head(head.conversation_id, target, head.version, messages), staged
         with _aborted_on_conflict():
             head = await store.move_head(st.conversation_id, head.version, at, wall_ms())
+    if not move:
+        if count == len(head.messages):
+            return head, staged
+        target = await store.ancestor_with_count(head.revision_id, count)
+        return Head(head.conversation_id, target, head.version, head.messages[:count]), staged
     return await _move_to(store, st.conversation_id, head, count, wall_ms), staged
 
 

@@ -37,7 +37,7 @@ from byok.cursor.tools.modes import ModeSwitch
 from byok.cursor.user_shell import execution as user_shell_execution
 from byok.cursor.user_shell import shell_turn, user_command
 from byok.loop import emits as em
-from byok.loop.compaction import kept_tail
+from byok.loop.compaction import first_call_on_summary, heading_summary, kept_tail
 from byok.loop.turn_values import (
     Ahead,
     CallModel,
@@ -243,12 +243,14 @@ class TurnEffects:
             deps=c.deps,
             alias_id=None if c.alias is None else c.alias.id,
         )
-        first = c.head.messages[0] if c.head.messages else None
-        summary = first.event_id if first is not None and first.origin == "summary" else ""
-        if summary != c.memory.summary_called:
-            # The first call on a compacted history starts a new prefix on purpose.
-            c.memory.summary_called = summary
-            call = attrs.evolve(call, new_prefix=bool(summary))
+        summary = heading_summary(c.head.messages)
+        if summary and summary not in c.memory.summaries_called:
+            # The first call on a compacted history starts a new prefix on purpose. A daemon
+            # that restarted (or evicted the conversation's memory) knows a summary it called
+            # on before by an answer after it; without one, the meter records a call that
+            # extends the previous one as such (call_log).
+            c.memory.summaries_called.add(summary)
+            call = attrs.evolve(call, new_prefix=first_call_on_summary(c.head.messages))
 
         async def on_events(events: list[ev.ModelEvent]) -> None:
             if watch is not None:
@@ -322,6 +324,8 @@ class TurnEffects:
         c.head = await c.deps.store.append(
             c.start.conversation_id, c.head.version, messages, c.deps.wall_ms(), rebase=command.rebase
         )
+        if command.rebase:
+            crash_point("summary_committed")
         if isinstance(command.ahead, ResultBlobs):
             crash_point("tool_result_committed")
         return Committed()

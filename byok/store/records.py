@@ -118,7 +118,7 @@ class LlmCallRecord:
     # How the body is (to be) stored; ``request_body`` is always the whole body (store/call_bodies.py).
     body_base: BodyBase | None = attrs.field(default=None, eq=False)
     # Not stored: the run started a new prefix on purpose (the first call after a compaction), so
-    # the prefix meter does not compare it with the call before (prefix_extends stays None).
+    # a call that does not extend the call before is no cache miss (prefix_extends stays None).
     new_prefix: bool = attrs.field(default=False, eq=False)
     # Assigned by the store; None on a record that has not been written yet.
     id: int | None = None

@@ -213,6 +213,21 @@ async def test_nothing_to_summarize_is_a_clear_error(daemon: Daemon) -> None:
     assert "no history to summarize" in tr.end_stream["error"]["message"]
 
 
+async def test_an_unanswered_first_message_alone_is_nothing_to_summarize(daemon: Daemon) -> None:
+    daemon.provider.enqueue(error_script(400, "bad request"))
+    first = user_turn("first question", conversation_id="conv-u", model_id="byok-demo", message_id="m0")
+    tr = await daemon.sim.run("conv-u-t0", first)
+    assert tr.end_stream is not None and tr.end_stream["error"]["code"] == "unavailable"
+    calls = len(daemon.provider.requests)
+    # Its message is committed; the client has no checkpoint. A summary would summarize nothing.
+    tr = await daemon.sim.run("conv-u-sum", summarize(agent.ConversationStateStructure(), "conv-u"))
+    assert tr.end_stream is not None and tr.end_stream["error"]["code"] == "failed_precondition"
+    assert "no history to summarize" in tr.end_stream["error"]["message"]
+    assert len(daemon.provider.requests) == calls
+    with store_of(daemon) as store:
+        assert [m.origin for m in store.head("conv-u").messages] == ["runtime"]
+
+
 async def test_the_todo_list_survives_a_compaction(daemon: Daemon) -> None:
     todos = [
         {"id": "a", "content": "Read the parser", "status": "completed"},
@@ -248,3 +263,49 @@ async def test_the_todo_list_survives_a_compaction(daemon: Daemon) -> None:
         ("a", agent.TodoStatus.COMPLETED),
         ("b", agent.TodoStatus.COMPLETED),
     ]
+
+
+async def test_after_a_restart_a_summary_answered_before_is_no_new_prefix(
+    tmp_path: Path, nursery: trio.Nursery
+) -> None:
+    async with start_daemon(tmp_path, nursery) as daemon:
+        state = await two_turns(daemon, "conv-r")
+        daemon.provider.enqueue(chat_text_script(["Summary."], usage=(100, 5)))
+        tr = await daemon.sim.run("conv-r-sum", summarize(state, "conv-r"))
+        daemon.provider.enqueue(chat_text_script(["answer three"], usage=(50, 5)))
+        tr = await daemon.sim.run("conv-r-t3", third("conv-r", tr.checkpoints()[-1]))
+        assert tr.end_stream == {}
+        state, blobs = tr.checkpoints()[-1], daemon.sim.blobs
+    # A new daemon on the same data dir: it has not seen a call on this summary, the history has.
+    async with start_daemon(tmp_path, nursery) as daemon:
+        daemon.sim.blobs = blobs
+        daemon.provider.enqueue(chat_text_script(["answer four"], usage=(60, 5)))
+        fourth = user_turn("fourth question", conversation_id="conv-r", model_id="byok-demo", message_id="m4")
+        fourth.conversation_state = state
+        tr = await daemon.sim.run("conv-r-t4", fourth)
+        assert tr.end_stream == {}
+        with store_of(daemon) as store, trio.fail_after(10):
+            while len(calls := [c for r in ("conv-r-t3", "conv-r-t4") for c in store.llm_calls(r)]) < 2:
+                await trio.sleep(0.05)
+    # The first call on the summary starts a new prefix; the one after the restart extends it.
+    assert [c.prefix_extends for c in calls] == [None, True]
+
+
+async def test_a_failed_summary_leaves_the_head_where_it_was_when_the_checkpoint_is_behind(
+    daemon: Daemon,
+) -> None:
+    state = await two_turns(daemon, "conv-b")
+    # A turn that fails: its message is committed, the client's checkpoint does not hold it.
+    daemon.provider.enqueue(error_script(400, "bad request"))
+    tr = await daemon.sim.run("conv-b-t3", third("conv-b", state))
+    assert tr.end_stream is not None and tr.end_stream["error"]["code"] == "unavailable"
+    with store_of(daemon) as store:
+        before = store.head("conv-b")
+    assert len(before.messages) == 5
+    # The summary is taken at the client's checkpoint; it fails, and nothing moved.
+    daemon.provider.enqueue(error_script(400, "bad request"))
+    tr = await daemon.sim.run("conv-b-sum", summarize(state, "conv-b"))
+    assert tr.end_stream is not None and "the history is unchanged" in tr.end_stream["error"]["message"]
+    assert [role for role, _ in texts(daemon.provider.requests[-1])][-2:] == ["assistant", "user"]
+    with store_of(daemon) as store:
+        assert store.head("conv-b") == before

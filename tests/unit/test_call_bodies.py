@@ -6,6 +6,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -236,6 +237,19 @@ async def test_a_redacted_body_is_stored_whole_and_is_never_a_base(tmp_path: Pat
         rows = [r for n in (2, 3) for r in await store.llm_calls(f"r{n}")]
     assert b"sk-secret" not in (rows[0].request_body or b"")
     assert rows[1].body_base is None  # what is stored of the first is not what was sent
+
+
+async def test_a_new_prefix_that_extends_the_previous_call_is_recorded_as_extending(tmp_path: Path) -> None:
+    """A run marks a call that may be the first on a new summary; one that turns out to extend
+    the call before it (a restarted daemon's run could not tell) is compared as any other, one
+    that does not is a new prefix on purpose, not a miss."""
+    async with await AsyncStore.open(tmp_path / "data") as store:
+        log = CallLog(store)
+        for n, new_prefix in ((2, False), (3, True), (1, True)):
+            log.submit(attrs.evolve(call("openai_chat", n, f"r{n}"), new_prefix=new_prefix))
+            await log.flush()
+        rows = [r for n in (2, 3, 1) for r in await store.llm_calls(f"r{n}")]
+    assert [r.prefix_extends for r in rows] == [None, True, None]
 
 
 def request(kind: str, n: int, request_id: str, system: str = "sys") -> LlmCallRecord:
