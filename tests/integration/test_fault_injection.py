@@ -10,18 +10,24 @@ by a second run of the conversation, tool rounds with late and repeated Exec res
 that refuses every write from a random point of the run on (a full or read-only disk), a
 graceful restart of the daemon after a run, its shutdown in the middle of one, the edit of an
 earlier user message, MCP calls that fail (the client's MCP state in error or thrown, a tool's
-error or rejection, a call the run's definition table does not know), and interaction queries
-answered late or twice and approvals rejected. On top, any run may post every BidiAppend twice,
-post appends out of order (a heartbeat at seqno n+1 before the message at n), or post its
-run_request before opening RunSSE. The six conversations run on the three provider kinds (Chat,
-Responses, Anthropic: tests/support/fault_kinds.py), some turns with reasoning to replay.
+error or rejection, a call the run's definition table does not know), interaction queries
+answered late or twice and approvals rejected, compactions (before the first call, after a tool
+round, after a request the provider found too long, summarize_action) that succeed, fail, or are
+cancelled, dropped or shut down mid-summary (tests/support/fault_compaction.py), and subagents
+whose child run fails, is cancelled, loses its stream or is stopped with its parent, and
+background completions sent twice (tests/support/fault_subagents.py). On top, any run may post
+every BidiAppend twice, post appends out of order (a heartbeat at seqno n+1 before the message
+at n), or post its run_request before opening RunSSE. The six conversations run on the three
+provider kinds (Chat, Responses, Anthropic: tests/support/fault_kinds.py), some turns with
+reasoning to replay.
 
 Checked after every run, from SQLite (a second connection on the daemon's file) and from the
 FakeProvider's recorded requests (tests/support/fault_checks.py):
   * exactly one terminal frame over all of the request's RunSSE streams, the expected one, and
     the run record agrees with it (status, error code);
   * the conversation head only grows (an edit keeps what precedes the edited message, which is
-    gone) and holds each committed final answer;
+    gone; a compaction starts it over with its summary, the older revision intact) and holds
+    each committed final answer;
   * runtime event ids are unique, and a run that succeeded or failed committed its runtime
     message exactly once (a cancelled run at most once);
   * every tool result answers an earlier call, at most one result per call;
@@ -30,7 +36,8 @@ FakeProvider's recorded requests (tests/support/fault_checks.py):
     branch, and on Anthropic a user turn after an unanswered one joins its message).
 And once, at the end, from the daemon's own call records: every provider call of a conversation
 extends its previous one byte for byte, across the restarts too (where a turn's request starts
-from the history's stored render), the same two cases aside.
+from the history's stored render), the same two cases aside and two around a compaction; a call
+is left uncompared exactly when it is the first on a new summary.
 
 Each client sends the last checkpoint it got with its next run_request, as Cursor does.
 """
@@ -73,7 +80,10 @@ from tests.support.fake_provider import (
     sse,
 )
 from tests.support.fault_checks import RenderUses, check_call_records, check_run
+from tests.support.fault_compaction import SetupFailed, compaction
 from tests.support.fault_harness import (
+    GRACE_S,
+    MAX_TRIES,
     OK,
     Client,
     Daemon,
@@ -89,13 +99,14 @@ from tests.support.fault_harness import (
 )
 from tests.support.fault_interactions import interaction_plan
 from tests.support.fault_kinds import MODELS, Kind, kind_of
+from tests.support.fault_subagents import background, subagent
 
 SEED = int(os.environ.get("BYOK_FAULT_SEED", "6061"))
 RUNS = int(os.environ.get("BYOK_FAULT_RUNS", "300"))
+# A comma-separated list of the faults to draw from (all of FAULTS when unset): to work on a few.
+ONLY = frozenset(filter(None, os.environ.get("BYOK_FAULT_ONLY", "").split(",")))
 CONVERSATIONS = 6
-GRACE_S = 0.25  # reconnect_grace_s
 KV_TIMEOUT_S = 1.0  # kv_ack_timeout_s: pauses of a loaded CI run (a full suite in one process) passed 0.3 s
-MAX_TRIES = 3  # provider_max_tries
 SHUTDOWN_GRACE_S = 0.1  # shutdown_grace_s: a run still going after it is cancelled
 RUN_TIMEOUT_S = 10.0  # a run still going after this is a hang
 # The whole loop: 300 runs ran past 120 s with the two cores shared by several test processes
@@ -136,11 +147,21 @@ FAULTS = {
     "edit": 3,  # an earlier user message sent again (its message_id), new text: the history branches
     "mcp_error": 3,  # an MCP state or tool call that fails: the call's error result, the run goes on
     "interaction": 4,  # AskQuestion answered (maybe late, maybe twice), a WebFetch or SwitchMode rejected
+    # Compaction (tests/support/fault_compaction.py): before the first call, after a tool round,
+    # after the provider found the request too long, or summarize_action ...
+    "compaction": 4,  # ... that succeeds (sometimes followed by a restart)
+    "compaction_fails": 3,  # ... whose call fails, is cut, or writes nothing: the history is unchanged
+    "compaction_cancel": 3,  # ... cancelled, dropped, shut down or not acknowledged mid-summary
+    # Subagents (tests/support/fault_subagents.py): a Task whose child run fails, is cancelled,
+    # loses its stream, or is stopped with its parent; the Task ends with a result, nothing hangs.
+    "subagent": 4,
+    "subagent_background": 2,  # a background child, its completion sent twice: appended once
 }
 
 
 async def run_plan(h: Harness, rng: random.Random, index: int) -> tuple[str, list[Expect]]:
-    fault = rng.choices(list(FAULTS), weights=list(FAULTS.values()))[0]
+    mix = {f: w for f, w in FAULTS.items() if not ONLY or f in ONLY}
+    fault = rng.choices(list(mix), weights=list(mix.values()))[0]
     conv = f"fi-conv-{rng.randrange(CONVERSATIONS)}"
     k = kind_of(conv)
     think = f"{index} thought" if rng.random() < 0.4 else None  # reasoning to replay, when it is kept
@@ -322,13 +343,20 @@ async def run_plan(h: Harness, rng: random.Random, index: int) -> tuple[str, lis
         held = {m.event_id for m in h.heads.get(conv, ())}
         targets = [(mid, rid) for mid, rid in h.sent.get(conv, []) if f"run-request:{rid}" in held]
         p.enqueue(k.text(answer, think=think))
-        message_id = None
+        message_id, state = None, None
         if targets:
             message_id, expect.edit_of = rng.choice(targets)
             h.edit_texts.add(text)
-        await drive(h, client, conv, text, append_first=append_first, message_id=message_id)
+            state = h.request_states.get(expect.edit_of)  # as Cursor restores it for an edit
+        await drive(h, client, conv, text, append_first=append_first, message_id=message_id, state=state)
     elif fault == "mcp_error":
         await mcp_error(h, client, rng, k, tag, answer, expect, conv, text, append_first)
+    elif fault.startswith("compaction"):
+        return fault, await compaction(h, rng, fault, k, index, conv, client, append_first)
+    elif fault == "subagent":
+        return fault, await subagent(h, rng, k, index, conv, client, expect, append_first)
+    elif fault == "subagent_background":
+        return fault, await background(h, rng, k, index, conv, client, expect, append_first)
     elif fault == "restart":
         p.enqueue(k.text(answer))
         await drive(h, client, conv, text, append_first=append_first)
@@ -481,6 +509,8 @@ async def test_fault_injection_loop(
                             outcomes[e.got or "none"] += 1
                     except trio.TooSlowError:
                         errors = [f"run {index} ({fault}) did not end within {RUN_TIMEOUT_S}s"]
+                    except SetupFailed as e:
+                        fault, errors = "compaction", [f"its first turn failed: {e}"]
                     faults[fault] += 1
                     plans[f"fi-req-{index}"] = fault
                     provider.drop_unused()  # scripts a cancelled run never asked for
@@ -490,7 +520,7 @@ async def test_fault_injection_loop(
                         ok_runs += 1
             await daemon.halt()  # its call records are all written now
     with sqlite3.connect(data_dir / DB_FILENAME) as db:
-        meter = check_call_records(db, h.edit_texts, plans, h.arrivals)
+        meter = check_call_records(db, h.edit_texts, plans, h.arrivals, daemon.started_ms)
         failures += meter.errors
         renders = db.execute("SELECT count(*) FROM rendered_prefixes").fetchone()[0]
     replayed = replay_all(data_dir, failures)
@@ -504,11 +534,15 @@ async def test_fault_injection_loop(
             f"from one; the meter compared {meter.compared} calls with their previous one: all extend it "
             f"byte for byte but {meter.branched} edits' first calls, {meter.merged} Anthropic calls "
             f"whose last message took the next user turn and {meter.unrecorded} after a request whose "
-            f"record the refusing disk lost"
+            f"record the refusing disk lost, {meter.around} around a compaction (after a request too "
+            f"long, after one that wrote no summary); {meter.summaries} first calls on a new summary "
+            f"not compared"
         )
         if laps:
             edges = [started, *laps, time.monotonic()]
             print("seconds per 500 runs: " + ", ".join(f"{b - a:.0f}" for a, b in itertools.pairwise(edges)))
+        if h.variants:
+            print("variants: " + ", ".join(f"{v} {n}" for v, n in sorted(h.variants.items())))
         print(f"{RUNS} runs, {ok_runs} ok; {replayed} replayed from their input logs")
     assert not failures, "\n".join(failures[:40])
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 import itertools
 import json
 import sqlite3
-from collections.abc import Callable
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import httpx
@@ -37,6 +39,8 @@ from tests.support.fault_kinds import kind_of
 from tests.support.store_faults import before_each_write
 
 OK = "ok"  # the expected-outcome name of EndStream {}
+GRACE_S = 0.25  # the loop daemon's reconnect_grace_s
+MAX_TRIES = 3  # its provider_max_tries
 
 
 def outcome(end: dict[str, Any]) -> str:
@@ -109,6 +113,10 @@ class Client:
     message_id: str = ""  # its user message's, set when the request is driven
     # The daemon may stop during this run: an append it can no longer take is not an error.
     server_may_stop: bool = False
+    headers: dict[str, str] = attrs.Factory(dict)  # sent with every append (a child's x-parent-*)
+    # Answers the run's subagent_args Execs (tests/support/fault_subagents.py); its abort
+    # stops the child (``on_abort``, by exec id).
+    subagents: Subagents | None = None
     # The daemon this request runs on, even when the harness restarts it meanwhile.
     sim: CursorSim = attrs.field(init=False)
     base_url: str = attrs.field(init=False)
@@ -123,7 +131,7 @@ class Client:
 
     async def _post(self, seqno: int, msg: agent.AgentClientMessage) -> None:
         try:
-            resp = await self.sim.append(self.rid, seqno, msg)
+            resp = await self.sim.append(self.rid, seqno, msg, self.headers)
         except httpx.TransportError as e:
             if not self.server_may_stop:
                 raise
@@ -223,6 +231,8 @@ class Client:
         control = msg.exec_server_control_message
         if control is not None and control.abort is not None:
             self.workspace().abort(control.abort.id)
+            if self.subagents is not None:
+                self.subagents.on_abort(control.abort.id)
 
     async def _kv(self, kv: agent.KvServerMessage) -> None:
         if kv.set_blob_args is not None:
@@ -248,12 +258,28 @@ class Client:
             sent.append(out)
             await self.send(out)
 
-        await self.workspace().run(msg, reply, delay=self.exec_delay)
+        if msg.subagent_args is not None and self.subagents is not None:
+            await self.subagents.answer(self, msg, reply)
+        else:
+            await self.workspace().run(msg, reply, delay=self.exec_delay)
         if self.late_duplicates:
             # Late and repeated answers: the same result again, another close, and an id never issued.
             for out in sent:
                 await self.send(out)
             await self.send(stream_close(msg.id + 1000))
+
+
+class Subagents(Protocol):
+    """How a client answers a Task's subagent_args Exec: it runs the child and replies."""
+
+    async def answer(
+        self,
+        parent: Client,
+        msg: agent.ExecServerMessage,
+        reply: Callable[[agent.AgentClientMessage], Awaitable[None]],
+    ) -> None: ...
+
+    def on_abort(self, exec_id: int) -> None: ...
 
 
 def _heartbeat() -> agent.AgentClientMessage:
@@ -318,6 +344,16 @@ class Harness:
     # conversation -> the last checkpoint its client got, sent with its next run_request as Cursor
     # does: after a restart, the daemon learns from it which blobs the client holds.
     states: dict[str, agent.ConversationStateStructure] = attrs.Factory(dict)
+    # request id -> the history its user message was appended to: where an edit of it branches
+    # from (after a compaction, the history before the summary).
+    anchors: dict[str, tuple[Message, ...]] = attrs.Factory(dict)
+    # request id -> the checkpoint its run_request carried: an edit of its message carries the
+    # same, as Cursor restores the conversation as it was when the message was sent.
+    request_states: dict[str, agent.ConversationStateStructure | None] = attrs.Factory(dict)
+    # conversation -> its head's revision, to find the revision a compaction left intact.
+    head_revisions: dict[str, int | None] = attrs.Factory(dict)
+    # How each plan with variants ran ("compaction round http_final", "subagent cancel canceled").
+    variants: Counter[str] = attrs.Factory(Counter)
 
     async def restart(self) -> None:
         """Stop the daemon gracefully and start it again on the same data dir; requests already
@@ -337,9 +373,11 @@ class Daemon:
     stop: Callable[[], None] = lambda: None
     done: trio.Event = attrs.Factory(trio.Event)
     starts: int = 0
+    started_ms: list[int] = attrs.Factory(list)  # the wall clock at each start
 
     async def start(self) -> str:
         done = trio.Event()
+        self.started_ms.append(int(time.time() * 1000))
 
         async def serve(task_status: trio.TaskStatus[tuple[str, Callable[[], None]]]) -> None:
             try:
@@ -371,12 +409,33 @@ class Expect:
     # An edit: the request id whose user message this run's (same message_id) replaces; the
     # history branches from the revision before that message.
     edit_of: str | None = None
+    # The run appends a runtime message of its own (run-request:{rid}); a summarize_action or a
+    # background completion does not.
+    runtime: bool = True
+    # Compaction: "must" (when the run succeeded), "may" (a cancel or a shutdown raced it) or
+    # "no"; ``summary``: what the model wrote, which the summary message must hold.
+    compacts: str = "no"
+    summary: str | None = None
+    # How many summaries the history it compacts holds, when not the head's (summarize_action
+    # at the client's checkpoint: the checkpoint's count).
+    summaries_before: int | None = None
+    # Text the terminal error's message must hold (a failed compaction says so).
+    error_has: str | None = None
+    # Problems the plan itself saw (a call it did not expect, a child that hung).
+    problems: list[str] = attrs.Factory(list)
 
 
-def run_request(h: Harness, conv: str, text: str, message_id: str | None = None) -> agent.AgentRunRequest:
+def run_request(
+    h: Harness,
+    conv: str,
+    text: str,
+    message_id: str | None = None,
+    model: str | None = None,
+    state: agent.ConversationStateStructure | None = None,
+) -> agent.AgentRunRequest:
     message_id = message_id or f"m{next(h.counter)}"
-    state = h.states.get(conv)
-    model = kind_of(conv).model
+    state = state or h.states.get(conv)
+    model = model or kind_of(conv).model
     return user_turn(text, conversation_id=conv, model_id=model, message_id=message_id, state=state)
 
 
@@ -392,13 +451,20 @@ async def drive(
     reconnect_after: float | None = None,
     during: Callable[[], Any] | None = None,
     message_id: str | None = None,
+    model: str | None = None,
+    request: agent.AgentRunRequest | None = None,
+    state: agent.ConversationStateStructure | None = None,
 ) -> None:
     """Run one request: RunSSE and the run_request (in either order), an optional task alongside,
     an optional drop of the stream and a reconnect after ``reconnect_after`` seconds.
-    ``message_id``: an earlier user message's, to edit it."""
+    ``message_id``: an earlier user message's, to edit it; ``model``: another than the
+    conversation's; ``request``: a run_request of another kind than a user turn; ``state``:
+    another checkpoint than the conversation's last."""
     c.conv = conv
-    rr = run_request(h, conv, text, message_id)
-    c.message_id = rr.action.user_message_action.user_message.message_id
+    rr = request if request is not None else run_request(h, conv, text, message_id, model, state)
+    h.request_states[c.rid] = rr.conversation_state
+    if rr.action.user_message_action is not None:
+        c.message_id = rr.action.user_message_action.user_message.message_id
     async with trio.open_nursery() as execs:
         async with trio.open_nursery() as n:
             ended = [False]

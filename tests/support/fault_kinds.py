@@ -30,14 +30,30 @@ class Kind:
     name: str
     model: str
     finish_marker: bytes  # in the chunk that finishes a text stream (finish, usage, stop)
+    # The same provider and upstream model with a window small enough to compact (SMALL_WINDOW).
+    small_model: str = ""
 
-    def text(self, texts: list[str], *, delay_s: float = 0.0, think: str | None = None) -> Script:
-        return _TEXT[self.name](texts, delay_s=delay_s, **self._reasoning(think))
+    def text(
+        self,
+        texts: list[str],
+        *,
+        delay_s: float = 0.0,
+        think: str | None = None,
+        usage: tuple[int, int] = (10, 5),
+    ) -> Script:
+        return _TEXT[self.name](texts, delay_s=delay_s, usage=usage, **self._reasoning(think))
 
-    def tools(self, calls: Calls, *, delay_s: float = 0.0, think: str | None = None) -> Script:
+    def tools(
+        self,
+        calls: Calls,
+        *,
+        delay_s: float = 0.0,
+        think: str | None = None,
+        usage: tuple[int, int] = (10, 5),
+    ) -> Script:
         # Chat's tool script has no reasoning to give.
         reasoning = self._reasoning(think) if self.name != "openai_chat" else {}
-        return _TOOLS[self.name](calls, delay_s=delay_s, **reasoning)
+        return _TOOLS[self.name](calls, delay_s=delay_s, usage=usage, **reasoning)
 
     def _reasoning(self, think: str | None) -> dict[str, Any]:
         """The script arguments of a reasoning ``think`` (with a signature, or encrypted content,
@@ -72,10 +88,16 @@ _TOOLS: dict[str, Callable[..., Script]] = {
 
 # A conversation's kind is fixed: conversation i runs on KINDS[i % 3].
 KINDS = (
-    Kind("openai_chat", "byok-demo", b'"finish_reason":"stop"'),
-    Kind("openai_responses", "byok-responses", b"response.completed"),
-    Kind("anthropic", "byok-anthropic", b"message_delta"),
+    Kind("openai_chat", "byok-demo", b'"finish_reason":"stop"', "byok-demo-small"),
+    Kind("openai_responses", "byok-responses", b"response.completed", "byok-responses-small"),
+    Kind("anthropic", "byok-anthropic", b"message_delta", "byok-anthropic-small"),
 )
+# The small models' window: 16,000 less a tenth and the 8,192 tokens kept for the answer leaves
+# 6,208 (loop/compaction.context_limit). A call reporting BIG_USAGE makes the next request pass
+# it; the scripts' default usage (15 tokens) and a runtime message stay far below.
+SMALL_WINDOW = 16000
+SMALL_LIMIT = 6208
+BIG_USAGE = (7000, 10)
 MODELS = """
 [[providers]]
 id = "fake-responses"
@@ -100,6 +122,24 @@ id = "byok-anthropic"
 provider = "fake-anthropic"
 upstream_model = "claude-test"
 context_tokens = 128000
+
+[[models]]
+id = "byok-demo-small"
+provider = "fake"
+upstream_model = "gpt-test"
+context_tokens = 16000
+
+[[models]]
+id = "byok-responses-small"
+provider = "fake-responses"
+upstream_model = "gpt-test"
+context_tokens = 16000
+
+[[models]]
+id = "byok-anthropic-small"
+provider = "fake-anthropic"
+upstream_model = "claude-test"
+context_tokens = 16000
 """
 
 
