@@ -308,6 +308,11 @@ def check_call_records(
             "ORDER BY id DESC LIMIT 1",
             (conv, i),
         ).fetchone()
+        if before is None:
+            # Compared, yet no call of its conversation is recorded before it: the meter's
+            # previous call is one whose record the refusing disk lost.
+            unrecorded += 1
+            continue
         now, was = _stored_elements(db, i), _stored_elements(db, before[0])
         if _lost_in_between(db, arrivals, recorded, before[0], i):
             unrecorded += 1
