@@ -14,7 +14,9 @@ import attrs
 import pytest
 import trio
 
+from byok.devtools import sim_mcp
 from byok.devtools.cursor_sim import CursorSim, Transcript, user_turn
+from byok.devtools.sim_mcp import SimMcp
 from byok.devtools.sim_subagent import SubagentHost
 from byok.devtools.workspace_exec import WorkspaceExecutor
 from byok.pb.agent import v1 as agent
@@ -30,15 +32,17 @@ class Env:
     sim: CursorSim
     host: SubagentHost
     root: Path
+    mcp: SimMcp
 
 
 @pytest.fixture
 async def env(daemon: Daemon, tmp_path: Path, nursery: trio.Nursery) -> AsyncIterator[Env]:
     root = tmp_path / "ws"
     root.mkdir()
-    executor = WorkspaceExecutor(root, shell_timeout_cap_s=5.0)
+    mcp = SimMcp()
+    executor = WorkspaceExecutor(root, shell_timeout_cap_s=5.0, mcp=mcp)
     sim = CursorSim(daemon.base_url, daemon.client, executor=executor)
-    yield Env(daemon, sim, SubagentHost(sim, nursery).install(), root)
+    yield Env(daemon, sim, SubagentHost(sim, nursery).install(), root, mcp)
     await executor.aclose()
 
 
@@ -76,9 +80,17 @@ async def test_a_foreground_subagent_writes_a_file_reports_progress_and_answers_
         chat_tool_script(
             [call("t1", "Task", description="Write notes", prompt="Write notes.txt saying hello.")]
         ),
-        # The child: a file and a progress report, then its summary, then its answer.
+        # The child: the user's MCP server, a file and a progress report, then its summary and answer.
+        chat_tool_script([call("g1", "GetMcpTools", server=sim_mcp.SERVER)]),
         chat_tool_script(
             [
+                call(
+                    "m1",
+                    "CallMcpTool",
+                    server=sim_mcp.SERVER,
+                    toolName="add_note",
+                    arguments={"text": "hello"},
+                ),
                 call("w1", "Write", path="notes.txt", contents="hello\n"),
                 call("u1", "UpdateCurrentStep", current_step="Writing notes"),
             ]
@@ -108,7 +120,7 @@ async def test_a_foreground_subagent_writes_a_file_reports_progress_and_answers_
     assert args.parent_conversation_id == args.root_parent_conversation_id == "conv-p"
     assert not args.run_in_background
 
-    parent_first, child_first, _, _, parent_second = provider.requests[-5:]
+    parent_first, child_first, _, _, _, parent_second = provider.requests[-6:]
     assert tool_results(parent_second) == {
         "t1": "Subagent name: Write notes\nSubagent ID: agent-t1\n\nWrote notes.txt."
     }
@@ -123,10 +135,14 @@ async def test_a_foreground_subagent_writes_a_file_reports_progress_and_answers_
     child = env.host.children[0]
     assert child.transcript is not None and child.transcript.end_stream == {}
     progress = child.transcript.checkpoints()[-1].communicate_update_states_by_parent_tool_call_id["t1"]
-    assert [(h.step, h.message_index) for h in progress.history] == [("Writing notes", 2)]
+    # UpdateCurrentStep is the turn's fourth step: GetMcpTools, CallMcpTool, Write, then it.
+    assert [(h.step, h.message_index) for h in progress.history] == [("Writing notes", 4)]
     assert (progress.final_summary, progress.completed_subtitle) == ("Wrote notes.txt", "1 file")
     update = completed(child.transcript)["u1"].communicate_update_tool_call
-    assert update.result.success.current_step == "Writing notes" and update.result.success.message_index == 2
+    assert update.result.success.current_step == "Writing notes" and update.result.success.message_index == 4
+    # The subagent used the user's MCP server (seeds 000 §32: subagents have the MCP tools).
+    assert env.mcp.notes == ["hello"]
+    assert [c.tool_name for c in env.mcp.calls] == ["add_note"]
 
 
 async def test_a_background_subagent_completion_is_appended_once(env: Env) -> None:
