@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from byok.pb.agent import v1 as agent
 
+# The wire's mode value, for the run layer (which imports no protobuf module).
+AgentMode = agent.AgentMode
+
 # Every mode directory the daemon needs; a missing one stops start-up (no fallback between modes).
 REQUIRED_MODES = ("agent", "ask", "plan", "debug", "multitask", "subagent", "compaction")
 SUBAGENT = "subagent"

@@ -10,6 +10,7 @@ import attrs
 
 from byok.config import ModelConfig, ProviderConfig
 from byok.console.catalog import AliasConfig, Target
+from byok.cursor.agent_modes import AgentMode
 from byok.cursor.checkpoint import TurnRecord
 from byok.cursor.exec_router import ExecRouter
 from byok.cursor.prompting import ModeAssets
@@ -20,7 +21,6 @@ from byok.cursor.tools.env import ToolEnv
 from byok.cursor.tools.mcp_dynamic import DynamicTools
 from byok.loop.turn_values import Outcome
 from byok.model.request import ToolSpec
-from byok.pb.agent import v1 as agent
 from byok.run.conversation import ConversationMemory
 from byok.run.deps import RunDeps
 from byok.run.kv import KvLink
@@ -43,7 +43,7 @@ class RunContext:
     tool_specs: tuple[ToolSpec, ...]
     details: TokenDetails
     tool_env: ToolEnv
-    agent_mode: agent.AgentMode  # the mode checkpoints record (a SwitchMode changes it)
+    agent_mode: AgentMode  # the mode checkpoints record (a SwitchMode changes it)
     head: Head = attrs.field(default=None)  # set by the start point
     prior_turns: tuple[bytes, ...] = ()
     turn: TurnRecord = attrs.field(default=None)  # the turn as it stood when the run started

@@ -15,11 +15,10 @@ from byok.cursor.checkpoint import (
 )
 from byok.cursor.plan_state import current_plan
 from byok.cursor.tools.base import ToolOutcome
-from byok.cursor.tools.subagent_tools import progress
+from byok.cursor.tools.subagent_tools import parent_progress
 from byok.loop.compaction import summary_count, summary_text
 from byok.loop.turn_values import AnswerStep, FinalCheckpoints, Step, ThinkingStep
 from byok.model.messages import Message
-from byok.pb.agent.v1 import CommunicateUpdateTurnState
 from byok.run.context import RunContext
 
 
@@ -61,18 +60,9 @@ class TurnCheckpoints:
             todos=todos.blobs(todos.todos(stable)),
             shell_turn=shell,
             plan=current_plan(stable),
-            progress=self._progress(stable, pending),
+            # A subagent's progress for its parent's Task card (seeds 000 §33.2).
+            progress=parent_progress(c.start.parent[1], (*stable, *pending)),
         )
-
-    def _progress(
-        self, stable: tuple[Message, ...], pending: list[Message]
-    ) -> tuple[str, CommunicateUpdateTurnState] | None:
-        """A subagent's progress for its parent's Task card (seeds 000 §33.2), from its history."""
-        parent_call = self.ctx.start.parent[1]
-        if not parent_call:
-            return None
-        state = progress((*stable, *pending))
-        return None if state is None else (parent_call, state)
 
     def turn_of(self, steps: tuple[Step, ...]) -> TurnRecord:
         """The turn the run started from with this run's ``steps`` (each step hashed once; a

@@ -31,9 +31,9 @@ from byok.cursor.exec_router import dispatch
 from byok.cursor.prompting import ModeAssets
 from byok.cursor.todos import TOOL_NAME as TODO_TOOL
 from byok.cursor.token_details import token_details
-from byok.cursor.tools.base import ArgsStream, ToolDef, ToolOutcome
-from byok.cursor.tools.error_cards import unknown_tool_call
+from byok.cursor.tools.base import ArgsStream, ToolOutcome
 from byok.cursor.tools.modes import ModeSwitch
+from byok.cursor.tools.registry import placeholder_card
 from byok.cursor.user_shell import execution as user_shell_execution
 from byok.cursor.user_shell import shell_turn, user_command
 from byok.loop import emits as em
@@ -72,7 +72,6 @@ from byok.loop.turn_values import (
 from byok.model import events as ev
 from byok.model.messages import Message
 from byok.model.request import ModelRequest
-from byok.pb.agent import v1 as agent
 from byok.run.context import RunContext
 from byok.run.crash import crash_point
 from byok.run.driver import Driver
@@ -423,10 +422,6 @@ def rebased(summary: Message, history: tuple[Message, ...]) -> list[Message]:
 def compaction_instruction(prompts: dict[str, ModeAssets]) -> Message:
     """The request a compaction call ends with (not committed: the summary replaces it all)."""
     return Message(role="user", origin="runtime", text=prompts["compaction"].system)
-
-
-def placeholder_card(tool: ToolDef | None, name: str) -> agent.ToolCall:
-    return unknown_tool_call(name) if tool is None else tool.tool_call(tool.placeholder())
 
 
 def tool_done(call_id: str, outcome: ToolOutcome) -> ToolDone:

@@ -23,6 +23,7 @@ from byok.cursor.tools import (
     web_fetch_tool,
 )
 from byok.cursor.tools.base import ToolDef
+from byok.cursor.tools.error_cards import unknown_tool_call
 from byok.pb.agent import v1 as agent
 
 # Tool modules, each exporting ``TOOLS: tuple[ToolDef, ...]``.
@@ -54,6 +55,12 @@ def build_registry() -> dict[str, ToolDef]:
                 raise ValueError(f"tool {tool.name!r} is defined twice ({module.__name__})")
             registry[tool.name] = tool
     return registry
+
+
+def placeholder_card(tool: ToolDef | None, name: str) -> agent.ToolCall:
+    """The card Cursor draws while the model writes a call to ``name`` (``tool`` None: a tool
+    byok does not know, drawn as its named error card)."""
+    return unknown_tool_call(name) if tool is None else placeholder_call(tool)
 
 
 def placeholder_call(tool: ToolDef) -> agent.ToolCall:

@@ -285,4 +285,13 @@ def progress(messages: tuple[Message, ...]) -> agent.CommunicateUpdateTurnState 
     return state if seen else None
 
 
+def parent_progress(
+    parent_call: str, messages: tuple[Message, ...]
+) -> tuple[str, agent.CommunicateUpdateTurnState] | None:
+    """A subagent run's (parent Task call id, progress) for its checkpoints; None for a root run
+    (no parent call) or a subagent that reported nothing."""
+    state = progress(messages) if parent_call else None
+    return None if state is None else (parent_call, state)
+
+
 TOOLS: tuple[ToolDef, ...] = (TASK, UPDATE)
